@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the suite needs on Debian 12 (run as root): Slurm + munge from Debian,
+# and a project virtual environment in .venv with the package and its test tools.
+# Idempotent: skips apt when the packages are already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.3"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  echo "installing Debian packages:$missing" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq $missing >/dev/null
+fi
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "is ignored: it is neither" || true
+if [ "${WITH_TORCH:-1}" = "1" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  # CPU build for the template tests (tiny gloo training); optional, tests skip without it.
+  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || echo "torch not installed: template training tests will be skipped" >&2
+fi

@@ -1,0 +1,162 @@
+"""Plain data the whole suite shares: what Slurm holds, what a policy sees, what it decides.
+
+No I/O here. Adapters (Slurm backends, trace readers, the store) build these; the policy
+layer consumes them; shells (service, simulator, CLI) move them around.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class JobState(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    OTHER = "OTHER"
+
+    @classmethod
+    def parse(cls, value: str | list[str] | None) -> JobState:
+        """Slurm reports a state as a string or (squeue --json >= 23.02) a list of flags."""
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if not value:
+            return cls.OTHER
+        name = str(value).upper().split()[0]
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.OTHER
+
+    @property
+    def active(self) -> bool:
+        return self in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One Slurm job as the suite sees it, whichever backend read it."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    qos: str = ""
+    state: JobState = JobState.PENDING
+    reason: str = ""
+    priority: int = 0
+    nice: int = 0
+    site_factor: int = 0
+    gpus: int = 0  # GPUs for the whole job (all nodes)
+    gpus_per_node: int = 0  # 0 when the request is per job rather than per node
+    gpu_type: str | None = None
+    num_nodes: int = 1
+    cpus: int = 1
+    submit_time: float = 0.0
+    start_time: float | None = None
+    end_time: float | None = None
+    time_limit_s: float | None = None
+    nodes: tuple[str, ...] = ()  # allocated nodes (running) or empty
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    comment: str = ""
+    admin_comment: str = ""
+    held: bool = False
+    requeue: bool = False
+    tres_per_node: str = ""
+    cpus_per_tres: str = ""
+
+    @property
+    def pending(self) -> bool:
+        return self.state == JobState.PENDING
+
+    @property
+    def running(self) -> bool:
+        return self.state in (JobState.RUNNING, JobState.COMPLETING)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str = "IDLE"
+    cpus: int = 0
+    cpus_alloc: int = 0
+    gpus: int = 0
+    gpus_alloc: int = 0
+    gpu_type: str | None = None
+    features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    switch: str | None = None
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus - self.gpus_alloc) if self.schedulable else 0
+
+    @property
+    def schedulable(self) -> bool:
+        bad = ("DOWN", "DRAIN", "FAIL", "MAINT", "NOT_RESPONDING", "POWERED_DOWN", "FUTURE")
+        return not any(b in self.state.upper() for b in bad)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything one service pass (or one simulator event) decides from."""
+
+    taken_at: float
+    jobs: tuple[Job, ...] = ()
+    nodes: tuple[Node, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a scheduling policy may see of a job: what a live service would know.
+
+    `true_duration_s` exists only for oracle baselines (SJF/SRTF) in the simulator;
+    non-oracle policies must never read it.
+    """
+
+    job_id: int
+    gpus: int
+    submit_time: float
+    attained_gpu_s: float = 0.0  # 2D attained service: GPUs x executed seconds
+    executed_s: float = 0.0  # wall seconds run so far (all stints)
+    running: bool = False
+    last_run_s: float = 0.0  # length of the most recent run stint (for the starvation guard)
+    waiting_since: float | None = None  # when it last became pending (submit or preemption)
+    user: str = ""
+    partition: str = ""
+    model_tag: str | None = None
+    true_duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's verdict for one job; rank 0 runs first."""
+
+    job_id: int
+    rank: int
+    queue: int = 0
+    index: float = 0.0  # Gittins index or other score; higher is better for Gittins
+    promoted: bool = False  # the starvation guard lifted it
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A candidate node set for a pending job and why it scored as it did."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    score: float
+    detail: dict[str, float] = field(default_factory=dict)
