@@ -1,0 +1,264 @@
+"""SlurmClient over Slurm's own commands: `squeue --json`, `sinfo --json`, `scontrol`.
+
+For Slurm 21.08 to 24.x, the releases distributions ship (Debian 12: 22.05), which
+pyslurm on PyPI does not build against. Handles both JSON shapes: plain numbers and
+strings (data_parser v0.0.37/38, Slurm <= 22.05) and the {"set","infinite","number"}
+objects and state lists of v0.0.39+ (Slurm >= 23.02).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from slurm_ext.model import Job, JobState, Node
+from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
+from slurm_ext.slurm.gres import job_gpus, parse_gpus
+from slurm_ext.slurm.hostlist import expand_hostlist
+
+_UNAVAILABLE_HINTS = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Communication connection failure",
+)
+_NOT_FOUND_HINTS = ("Invalid job id specified", "Job has already finished", "does not exist")
+
+
+def number(value: Any, default: float | None = None) -> float | None:
+    """A Slurm JSON number: plain, or {"set": bool, "infinite": bool, "number": n}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite", False):
+            return default
+        value = value.get("number")
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _int(value: Any, default: int = 0) -> int:
+    n = number(value)
+    return default if n is None else int(n)
+
+
+def _time(value: Any) -> float | None:
+    n = number(value)
+    return n if n else None  # Slurm uses 0 for "not yet"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+class CliSlurmClient:
+    """Talks to slurmctld through the Slurm client commands on PATH."""
+
+    def __init__(
+        self,
+        slurm_conf: str | None = None,
+        timeout: float = 30.0,
+        bin_dir: str | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self.bin_dir = bin_dir
+        self._env = dict(os.environ)
+        if slurm_conf:
+            self._env["SLURM_CONF"] = slurm_conf
+        for var in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SQUEUE_SORT", "SINFO_FORMAT"):
+            self._env.pop(var, None)
+
+    # ---- plumbing -------------------------------------------------------------------
+    def _run(self, argv: list[str]) -> str:
+        cmd = " ".join(argv)
+        exe = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
+        try:
+            res = subprocess.run(
+                [exe, *argv[1:]],
+                env=self._env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailable(cmd, f"no answer within {self.timeout:.0f}s") from exc
+        except FileNotFoundError as exc:
+            raise SlurmError(cmd, f"{argv[0]} not found on PATH (install slurm-client)") from exc
+        if res.returncode != 0:
+            msg = (res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")[:2000]
+            if any(h in msg for h in _NOT_FOUND_HINTS):
+                raise JobNotFound(cmd, msg)
+            if any(h in msg for h in _UNAVAILABLE_HINTS):
+                raise SlurmUnavailable(cmd, msg)
+            raise SlurmError(cmd, msg)
+        return res.stdout
+
+    def _json(self, argv: list[str], key: str) -> list[dict[str, Any]]:
+        out = self._run(argv)
+        cmd = " ".join(argv)
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmError(cmd, f"malformed JSON from Slurm: {exc} (first bytes: {out[:80]!r})") from exc
+        if not isinstance(data, dict) or not isinstance(data.get(key), list):
+            raise SlurmError(cmd, f"JSON has no '{key}' list (keys: {sorted(data)[:10]})")
+        errors = [e for e in data.get("errors") or [] if e]
+        if errors and not data[key]:
+            raise SlurmError(cmd, f"Slurm reported errors: {errors}")
+        return data[key]
+
+    def _update(self, job_id: int, **fields: str | int) -> None:
+        args = " ".join(f"{k}={v}" for k, v in fields.items())
+        self._run(["scontrol", "update", f"JobId={int(job_id)}", *args.split(" ")])
+
+    # ---- reads ----------------------------------------------------------------------
+    def jobs(self, states: Sequence[str] = ("PENDING", "RUNNING", "SUSPENDED")) -> list[Job]:
+        wanted = {s.upper() for s in states}
+        records = self._json(["squeue", "--json"], "jobs")
+        jobs = []
+        for rec in records:
+            try:
+                job = job_from_squeue(rec)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SlurmError("squeue --json", f"unreadable job record {rec.get('job_id')!r}: {exc}") from exc
+            if job.state.value in wanted:
+                jobs.append(job)
+        return jobs
+
+    def nodes(self) -> list[Node]:
+        records = self._json(["sinfo", "--json"], "nodes")
+        out: dict[str, Node] = {}
+        for rec in records:
+            try:
+                node = node_from_sinfo(rec)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SlurmError("sinfo --json", f"unreadable node record {rec.get('name')!r}: {exc}") from exc
+            out.setdefault(node.name, node)  # sinfo repeats a node once per partition
+        return list(out.values())
+
+    # ---- writes ---------------------------------------------------------------------
+    def set_priority(self, job_id: int, priority: int) -> None:
+        self._update(job_id, Priority=int(priority))
+
+    def set_site_factor(self, job_id: int, site_factor: int) -> None:
+        self._update(job_id, SiteFactor=int(site_factor))
+
+    def set_nice(self, job_id: int, nice: int) -> None:
+        self._update(job_id, Nice=int(nice))
+
+    def set_placement(
+        self,
+        job_id: int,
+        required_nodes: Sequence[str] | None = None,
+        excluded_nodes: Sequence[str] | None = None,
+        num_nodes: int | None = None,
+    ) -> None:
+        fields: dict[str, str | int] = {}
+        if required_nodes is not None:
+            fields["ReqNodeList"] = ",".join(required_nodes) or '""'
+        if excluded_nodes is not None:
+            fields["ExcNodeList"] = ",".join(excluded_nodes) or '""'
+        if num_nodes is not None:
+            fields["NumNodes"] = int(num_nodes)
+        if fields:
+            self._update(job_id, **fields)
+
+    def hold(self, job_id: int) -> None:
+        self._run(["scontrol", "hold", str(int(job_id))])
+
+    def release(self, job_id: int) -> None:
+        self._run(["scontrol", "release", str(int(job_id))])
+
+    def suspend(self, job_id: int) -> None:
+        self._run(["scontrol", "suspend", str(int(job_id))])
+
+    def resume(self, job_id: int) -> None:
+        self._run(["scontrol", "resume", str(int(job_id))])
+
+    def requeue(self, job_id: int) -> None:
+        self._run(["scontrol", "requeue", str(int(job_id))])
+
+
+def job_from_squeue(rec: dict[str, Any]) -> Job:
+    """Map one `squeue --json` job record (any supported data_parser version)."""
+    state = JobState.parse(rec.get("job_state"))
+    num_nodes = _int(rec.get("node_count"), 1) or 1
+    tasks = _int(rec.get("tasks"), 1) or 1
+    gpus, per_node, gtype = job_gpus(
+        rec.get("tres_per_job"),
+        rec.get("tres_per_node"),
+        rec.get("tres_per_task"),
+        num_nodes,
+        tasks,
+        rec.get("tres_alloc_str") if state in (JobState.RUNNING, JobState.SUSPENDED) else None,
+    )
+    limit = number(rec.get("time_limit"))
+    nodes_str = _text(rec.get("nodes"))
+    reason = _text(rec.get("state_reason"))
+    prio = _int(rec.get("priority"))
+    return Job(
+        job_id=_int(rec["job_id"]),
+        name=_text(rec.get("name")),
+        user=_text(rec.get("user_name")) or str(rec.get("user_id", "")),
+        account=_text(rec.get("account")),
+        partition=_text(rec.get("partition")),
+        qos=_text(rec.get("qos")),
+        state=state,
+        reason=reason,
+        priority=prio,
+        nice=_int(rec.get("nice")),
+        site_factor=_int(rec.get("site_factor")),
+        gpus=gpus,
+        gpus_per_node=per_node,
+        gpu_type=gtype,
+        num_nodes=num_nodes,
+        cpus=_int(rec.get("cpus"), 1) or 1,
+        submit_time=_time(rec.get("submit_time")) or 0.0,
+        start_time=_time(rec.get("start_time")) if state != JobState.PENDING else None,
+        end_time=_time(rec.get("end_time")) if not state.active else None,
+        time_limit_s=limit * 60 if limit else None,
+        nodes=tuple(expand_hostlist(nodes_str)) if state != JobState.PENDING else (),
+        required_nodes=tuple(expand_hostlist(_text(rec.get("required_nodes")))),
+        excluded_nodes=tuple(expand_hostlist(_text(rec.get("excluded_nodes")))),
+        comment=_text(rec.get("comment")),
+        admin_comment=_text(rec.get("admin_comment")),
+        held=state == JobState.PENDING and (prio == 0 or reason in ("JobHeldUser", "JobHeldAdmin")),
+        requeue=bool(rec.get("requeue", False)),
+        tres_per_node=_text(rec.get("tres_per_node")),
+        cpus_per_tres=_text(rec.get("cpus_per_tres")),
+    )
+
+
+def node_from_sinfo(rec: dict[str, Any]) -> Node:
+    """Map one `sinfo --json` node record."""
+    state = rec.get("state")
+    flags = rec.get("state_flags") or []
+    if isinstance(state, list):
+        state_str = "+".join(map(str, state))
+    else:
+        state_str = "+".join([str(state or "UNKNOWN"), *map(str, flags)])
+    gpus, gtype = parse_gpus(_text(rec.get("gres")))
+    used, _ = parse_gpus(_text(rec.get("gres_used")))
+    features = _text(rec.get("active_features") or rec.get("features"))
+    return Node(
+        name=_text(rec["name"]),
+        state=state_str.upper(),
+        cpus=_int(rec.get("cpus")),
+        cpus_alloc=_int(rec.get("alloc_cpus")),
+        gpus=gpus,
+        gpus_alloc=used,
+        gpu_type=gtype,
+        features=tuple(f for f in features.split(",") if f),
+        partitions=tuple(rec.get("partitions") or ()),
+    )

@@ -1,0 +1,341 @@
+"""A real Slurm cluster on one machine: munged, one slurmctld and N slurmd on loopback.
+
+Used by the tests and `make demo`. Everything lives in one directory (config, state,
+logs, fake GPU device files, a private munge socket and key), ports are picked free, and
+every daemon is our child process, stopped by its PID. Nothing already running on the
+machine is touched, so several clusters can run side by side.
+
+Needs Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SLURM_CONF = """\
+ClusterName={cluster_name}
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmdPort={first_slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge/munge.socket
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/slurmd-%n
+SlurmctldPidFile={root}/run/slurmctld.pid
+SlurmdPidFile={root}/run/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+PriorityType=priority/multifactor
+PriorityWeightJobSize=0
+PriorityWeightFairshare=0
+PriorityWeightPartition=0
+PriorityWeightQOS=0
+PriorityCalcPeriod=1
+GresTypes=gpu
+SlurmdParameters=config_overrides
+ReturnToService=2
+MinJobAge=600
+KillWait=2
+MessageTimeout=5
+InactiveLimit=0
+MpiDefault=none
+JobRequeue=1
+DefMemPerCPU=1000
+AccountingStorageTRES=gres/gpu
+{job_submit}
+{extra}
+NodeName=DEFAULT CPUs={cpus} RealMemory={memory_mb} Gres=gpu:{gpus} State=UNKNOWN
+{node_lines}
+PartitionName={partition} Nodes={node_range} Default=YES MaxTime=INFINITE State=UP
+"""
+
+GRES_CONF = """\
+AutoDetect=off
+NodeName={node_range} Name=gpu File={root}/dev/gpu[0-{last_gpu}]
+"""
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started or driven; the message names the log to read."""
+
+
+def _free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+@dataclass
+class LocalCluster:
+    """A throw-away Slurm cluster. `start()` returns when every node is idle."""
+
+    nodes: int = 4
+    gpus_per_node: int = 4
+    cpus_per_node: int = 16
+    memory_mb: int = 64000
+    partition: str = "gpu"
+    cluster_name: str = "slurmext"
+    root: Path | None = None
+    job_submit_lua: str | None = None  # Lua source; enables JobSubmitPlugins=lua
+    extra_conf: str = ""
+    _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+    _owns_root: bool = field(default=False, repr=False)
+
+    # ---- layout -------------------------------------------------------------------
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def conf_path(self) -> Path:
+        assert self.root is not None
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm client commands aimed at this cluster."""
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.conf_path)
+        env.pop("SQUEUE_FORMAT", None)
+        env.pop("SQUEUE_SORT", None)
+        return env
+
+    def log(self, daemon: str = "slurmctld") -> str:
+        assert self.root is not None
+        path = self.root / "log" / f"{daemon}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # ---- lifecycle ----------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        for tool in ("munged", "slurmctld", "slurmd", "sinfo"):
+            if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+                raise ClusterError(
+                    f"{tool} not found: install Debian's slurmctld slurmd slurm-client munge "
+                    "(scripts/install-deps.sh)"
+                )
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="slurm-ext-cluster-"))
+            self._owns_root = True
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._write_files()
+        try:
+            self._start_munge()
+            self.start_slurmctld()
+            for name in self.node_names:
+                self._spawn(
+                    f"slurmd-{name}",
+                    ["slurmd", "-D", "-f", str(self.conf_path), "-N", name],
+                )
+            self.wait_idle(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_files(self) -> None:
+        root = self.root
+        assert root is not None
+        for sub in ("etc", "state", "run", "log", "dev", "munge", "jobs"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        for name in self.node_names:
+            (root / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
+        for i in range(self.gpus_per_node):
+            (root / "dev" / f"gpu{i}").touch()
+        ports = _free_ports(self.nodes + 1)
+        self.ctld_port, node_ports = ports[0], ports[1:]
+        node_lines = "\n".join(
+            f"NodeName={n} NodeHostname=localhost Port={p}"
+            for n, p in zip(self.node_names, node_ports)
+        )
+        node_range = f"node[1-{self.nodes}]" if self.nodes > 1 else "node1"
+        job_submit = ""
+        if self.job_submit_lua is not None:
+            (root / "etc" / "job_submit.lua").write_text(self.job_submit_lua)
+            job_submit = "JobSubmitPlugins=lua"
+        self.conf_path.write_text(
+            SLURM_CONF.format(
+                cluster_name=self.cluster_name,
+                ctld_port=self.ctld_port,
+                first_slurmd_port=node_ports[0],
+                root=root,
+                cpus=self.cpus_per_node,
+                memory_mb=self.memory_mb,
+                gpus=self.gpus_per_node,
+                node_lines=node_lines,
+                node_range=node_range,
+                partition=self.partition,
+                job_submit=job_submit,
+                extra=self.extra_conf,
+            )
+        )
+        (root / "etc" / "gres.conf").write_text(
+            GRES_CONF.format(node_range=node_range, root=root, last_gpu=self.gpus_per_node - 1)
+        )
+
+    def _start_munge(self) -> None:
+        root = self.root
+        assert root is not None
+        key = root / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+            key.chmod(0o600)
+        (root / "munge").chmod(0o755)  # munged wants the socket dir traversable
+        self._spawn(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--socket={root}/munge/munge.socket",
+                f"--key-file={key}",
+                f"--pid-file={root}/munge/munged.pid",
+                f"--log-file={root}/log/munged.log",
+                f"--seed-file={root}/munge/munged.seed",
+                "--num-threads=2",
+            ],
+        )
+        deadline = time.monotonic() + 10
+        while not (root / "munge" / "munge.socket").exists():
+            if self._procs["munged"].poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"munged did not start; see {root}/log/munged.log")
+            time.sleep(0.05)
+
+    def start_slurmctld(self) -> None:
+        """Start (or restart after stop_slurmctld) the controller."""
+        self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
+
+    def stop_slurmctld(self) -> None:
+        self._terminate("slurmctld")
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        assert self.root is not None
+        out = open(self.root / "log" / f"{name}.stdout", "ab")
+        self._procs[name] = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,
+        )
+        out.close()
+
+    def _terminate(self, name: str, timeout: float = 10.0) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def stop(self) -> None:
+        """Stop every daemon this object started, by PID; cancel nothing else."""
+        if self.root is not None and "slurmctld" in self._procs:
+            # cancel jobs first so their batch scripts (children of slurmstepd) end too
+            subprocess.run(
+                ["scancel", "--quiet", "--full", f"--partition={self.partition}"],
+                env=self.env,
+                capture_output=True,
+                timeout=15,
+                check=False,
+            )
+            self._wait_no_jobs(10)
+        for name in [n for n in self._procs if n.startswith("slurmd-")]:
+            self._terminate(name)
+        self._terminate("slurmctld")
+        self._terminate("munged")
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._owns_root and self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    # ---- helpers for tests and the demo -----------------------------------------
+    def run(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
+        """Run a Slurm client command against this cluster; return stdout."""
+        res = subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and res.returncode != 0:
+            raise ClusterError(
+                f"{' '.join(argv)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}"
+            )
+        return res.stdout
+
+    def sbatch(self, *args: str, wrap: str = "sleep 300") -> int:
+        """Submit a job (default: sleep) and return its id."""
+        out = self.run("sbatch", "--parsable", f"--chdir={self.root}/jobs", *args, f"--wrap={wrap}")
+        return int(out.strip().split(";")[0])
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise ClusterError(
+                        f"{name} exited with {proc.returncode} during start-up; see {self.root}/log/"
+                    )
+            res = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%N %t"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            last = res.stdout + res.stderr
+            states = dict(line.split() for line in res.stdout.splitlines() if line.strip())
+            if res.returncode == 0 and all(states.get(n) == "idle" for n in self.node_names):
+                return
+            time.sleep(0.3)
+        raise ClusterError(f"nodes not idle after {timeout:.0f}s: {last.strip()}; see {self.root}/log/")
+
+    def _wait_no_jobs(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            res = subprocess.run(
+                ["squeue", "-h", "-t", "PD,R,CG,S", "-o", "%i"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            if res.returncode != 0 or not res.stdout.strip():
+                return
+            time.sleep(0.3)

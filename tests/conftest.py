@@ -1,0 +1,60 @@
+"""Shared fixtures: a live local Slurm cluster for tests marked `slurm`.
+
+If the daemons cannot start the tests error loudly (never skip): the whole point of
+these tests is the real slurmctld.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_ext.testing.cluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[LocalCluster]:
+    """One 4-node x 4-GPU cluster for the session; tests cancel their own jobs."""
+    cluster = LocalCluster(nodes=4, gpus_per_node=4, cpus_per_node=16)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture
+def clean_queue(slurm_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster with an empty queue before and after the test."""
+    _cancel_all(slurm_cluster)
+    yield slurm_cluster
+    _cancel_all(slurm_cluster)
+
+
+def _cancel_all(cluster: LocalCluster) -> None:
+    cluster.run("scancel", "--full", f"--partition={cluster.partition}", check=False)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        out = cluster.run("squeue", "-h", "-t", "PD,R,CG,S", "-o", "%i", check=False)
+        if not out.strip():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"jobs still present after scancel: {out.split()}")
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.2, what: str = "condition"):
+    """Poll until predicate() is truthy; return its value or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
