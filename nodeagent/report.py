@@ -1,0 +1,322 @@
+"""Per-job reports from a node agent to the priority service: format, signature, delivery.
+
+The agent owns the wire format; the service imports `decode_reports`, `verify` and
+`read_secret` from here so both ends agree by construction.
+
+Semantics: every report is cumulative for one job on one node, from `period_start` (when
+the agent first saw the job) to `period_end`. A later report for the same (node, job_id)
+supersedes an earlier one, so re-delivery after a lost response double-counts nothing:
+the service keeps, per (node, job_id), the report with the greatest `period_end`.
+`final` is true once the job has left the node.
+
+Authentication: the JSON body is signed with HMAC-SHA256 over the exact bytes sent, hex
+in the `X-Slurm-Ext-Signature` header, with a secret shared through a file readable only
+by its owner (root or SlurmUser). The body carries `sent_at` so a receiver may refuse
+stale replays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+import os
+import stat
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Slurm-Ext-Signature"
+REPORTS_PATH = "/v1/reports"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What one node saw of one job, cumulative since `period_start`."""
+
+    node: str
+    job_id: int
+    gpu_seconds: float  # GPUs held x wall seconds (2D attained service on this node)
+    gpu_util_mean: float  # 0..1, mean over the job's GPU-time
+    gpu_util_peak: float  # 0..1
+    gpu_mem_peak_bytes: int  # peak of the job's GPU memory summed over its GPUs
+    cpu_cores_alloc: int | None  # from the job's cpuset when known
+    cpu_cores_used: float  # mean cores busy (CPU seconds / wall seconds)
+    gpu_energy_j: float
+    cpu_energy_j: float
+    gpu_uuids: tuple[str, ...]
+    gpu_type: str  # GPU name as NVML reports it, "" when the job used no GPU
+    samples: int
+    period_start: float  # unix seconds
+    period_end: float
+    final: bool = False
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "node": (str,),
+    "job_id": (int,),
+    "gpu_seconds": (int, float),
+    "gpu_util_mean": (int, float),
+    "gpu_util_peak": (int, float),
+    "gpu_mem_peak_bytes": (int,),
+    "cpu_cores_alloc": (int, type(None)),
+    "cpu_cores_used": (int, float),
+    "gpu_energy_j": (int, float),
+    "cpu_energy_j": (int, float),
+    "gpu_uuids": (list,),
+    "gpu_type": (str,),
+    "samples": (int,),
+    "period_start": (int, float),
+    "period_end": (int, float),
+    "final": (bool,),
+}
+
+
+def encode_reports(node: str, reports: list[JobReport], sent_at: float | None = None) -> bytes:
+    """JSON body for one POST; every report must belong to `node`."""
+    items = []
+    for r in reports:
+        if r.node != node:
+            raise ValueError(f"report for job {r.job_id} names node {r.node!r}, not {node!r}")
+        d = dataclasses.asdict(r)
+        d["gpu_uuids"] = list(r.gpu_uuids)
+        items.append(d)
+    doc = {
+        "version": FORMAT_VERSION,
+        "node": node,
+        "sent_at": time.time() if sent_at is None else sent_at,
+        "reports": items,
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_reports(body: bytes) -> list[JobReport]:
+    """Parse and validate a body from `encode_reports`; ValueError says what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"report body is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ValueError("report body must be a JSON object")
+    if doc.get("version") != FORMAT_VERSION:
+        raise ValueError(f"unsupported report version {doc.get('version')!r}")
+    node = doc.get("node")
+    if not isinstance(node, str) or not node:
+        raise ValueError("report body lacks a node name")
+    items = doc.get("reports")
+    if not isinstance(items, list):
+        raise ValueError("'reports' must be a list")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(f"reports[{i}] must be an object")
+        missing = set(_FIELD_TYPES) - set(item)
+        extra = set(item) - set(_FIELD_TYPES)
+        if missing or extra:
+            parts = [f"missing {sorted(missing)}"] if missing else []
+            parts += [f"unknown {sorted(extra)}"] if extra else []
+            raise ValueError(f"reports[{i}]: " + ", ".join(parts))
+        for key, types in _FIELD_TYPES.items():
+            value = item[key]
+            bad_bool = isinstance(value, bool) and bool not in types
+            if bad_bool or not isinstance(value, types):
+                raise ValueError(f"reports[{i}].{key}: wrong type {type(value).__name__}")
+        if item["node"] != node:
+            raise ValueError(f"reports[{i}].node {item['node']!r} differs from body node {node!r}")
+        if not all(isinstance(u, str) for u in item["gpu_uuids"]):
+            raise ValueError(f"reports[{i}].gpu_uuids: must be strings")
+        for key in ("gpu_util_mean", "gpu_util_peak"):
+            if not 0.0 <= item[key] <= 1.0:
+                raise ValueError(f"reports[{i}].{key}: {item[key]} outside 0..1")
+        for key in ("gpu_seconds", "gpu_mem_peak_bytes", "cpu_cores_used", "gpu_energy_j"):
+            if item[key] < 0:
+                raise ValueError(f"reports[{i}].{key}: negative")
+        if item["cpu_energy_j"] < 0 or item["samples"] < 0:
+            raise ValueError(f"reports[{i}]: negative cpu_energy_j or samples")
+        if item["period_end"] < item["period_start"]:
+            raise ValueError(f"reports[{i}]: period_end before period_start")
+        item = dict(item)
+        item["gpu_uuids"] = tuple(item["gpu_uuids"])
+        for key in ("gpu_seconds", "gpu_util_mean", "gpu_util_peak", "cpu_cores_used"):
+            item[key] = float(item[key])
+        for key in ("gpu_energy_j", "cpu_energy_j", "period_start", "period_end"):
+            item[key] = float(item[key])
+        out.append(JobReport(**item))
+    return out
+
+
+def sign(body: bytes, secret: bytes) -> str:
+    return hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def verify(body: bytes, secret: bytes, signature: str | None) -> bool:
+    """Constant-time check of a hex HMAC-SHA256 signature; False for a missing one."""
+    if not signature or not secret:
+        return False
+    return hmac.compare_digest(sign(body, secret), signature.strip().lower())
+
+
+class SecretFileError(ValueError):
+    """The shared secret file is missing, empty or too widely readable."""
+
+
+def read_secret(path: str | Path) -> bytes:
+    """Read the shared secret, refusing a file that group or other may access."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise SecretFileError(f"secret file {p}: cannot stat: {exc.strerror}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SecretFileError(f"secret file {p}: not a regular file")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise SecretFileError(
+            f"secret file {p}: mode {mode:04o} lets group/other access it; "
+            f"run: chmod 600 {p} (owner root or SlurmUser)"
+        )
+    try:
+        secret = p.read_bytes().strip()
+    except OSError as exc:
+        raise SecretFileError(f"secret file {p}: cannot read: {exc.strerror}") from exc
+    if not secret:
+        raise SecretFileError(f"secret file {p}: empty")
+    return secret
+
+
+class ReportError(RuntimeError):
+    """A POST failed; `retriable` is False when resending the same body cannot succeed."""
+
+    def __init__(self, message: str, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+def reports_url(service_url: str) -> str:
+    base = service_url.rstrip("/")
+    return base if base.endswith(REPORTS_PATH) else base + REPORTS_PATH
+
+
+def post_body(service_url: str, body: bytes, secret: bytes, timeout: float = 10.0) -> None:
+    """POST one signed body; raise ReportError on anything but a 2xx answer."""
+    req = urllib.request.Request(
+        reports_url(service_url),
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        # 400/413/422: the body itself is refused, resending it cannot help.
+        raise ReportError(
+            f"service answered {exc.code} {exc.reason}", retriable=exc.code not in (400, 413, 422)
+        ) from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ReportError(f"service unreachable: {reason}") from exc
+
+
+def post_reports(
+    service_url: str, node: str, reports: list[JobReport], secret: bytes, timeout: float = 10.0
+) -> None:
+    """Encode, sign and POST reports once (no spool); raise ReportError on failure."""
+    post_body(service_url, encode_reports(node, reports), secret, timeout)
+
+
+class ReportSender:
+    """Delivers report batches through a bounded on-disk spool with exponential back-off.
+
+    Every batch is written to the spool before any attempt, so a crash or an unreachable
+    service loses nothing until the spool bound is hit (then the oldest batches go, and
+    that is logged). Batches are sent oldest first; one failure stops the flush and backs
+    off (base, doubling, capped at backoff_max_s).
+    """
+
+    def __init__(
+        self,
+        service_url: str,
+        node: str,
+        secret: bytes,
+        spool_dir: str | Path,
+        max_spool_files: int = 1000,
+        timeout: float = 10.0,
+        backoff_base_s: float = 5.0,
+        backoff_max_s: float = 300.0,
+    ) -> None:
+        self.service_url = service_url
+        self.node = node
+        self.secret = secret
+        self.spool = Path(spool_dir)
+        self.spool.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.max_spool_files = max_spool_files
+        self.timeout = timeout
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.failures = 0
+        self.next_try = 0.0
+        self.sent_batches = 0
+        self.dropped_batches = 0
+        self._seq = 0
+
+    def pending(self) -> list[Path]:
+        return sorted(self.spool.glob("batch-*.json"))
+
+    def enqueue(self, reports: list[JobReport], now: float | None = None) -> None:
+        if not reports:
+            return
+        body = encode_reports(self.node, reports, sent_at=now)
+        self._seq += 1
+        name = f"batch-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}.json"
+        tmp = self.spool / ("." + name)
+        tmp.write_bytes(body)
+        tmp.replace(self.spool / name)
+        files = self.pending()
+        excess = len(files) - self.max_spool_files
+        for old in files[: max(0, excess)]:
+            old.unlink(missing_ok=True)
+            self.dropped_batches += 1
+            log.warning("report spool full (%d batches): dropped oldest %s", len(files), old.name)
+
+    def flush(self, now: float | None = None) -> int:
+        """Send spooled batches unless backing off; return how many were delivered."""
+        now = time.monotonic() if now is None else now
+        if now < self.next_try:
+            return 0
+        delivered = 0
+        for path in self.pending():
+            try:
+                body = path.read_bytes()
+                post_body(self.service_url, body, self.secret, self.timeout)
+            except ReportError as exc:
+                if not exc.retriable:
+                    log.error("report batch %s refused for good (%s): dropped", path.name, exc)
+                    path.unlink(missing_ok=True)
+                    self.dropped_batches += 1
+                    continue
+                self.failures += 1
+                delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (self.failures - 1))
+                self.next_try = now + delay
+                log.warning("report delivery failed (%s); retry in %.0f s", exc, delay)
+                break
+            except OSError as exc:
+                log.error("cannot read spooled batch %s: %s", path, exc)
+                break
+            path.unlink(missing_ok=True)
+            delivered += 1
+            self.sent_batches += 1
+            self.failures = 0
+            self.next_try = 0.0
+        return delivered
+
+    def send(self, reports: list[JobReport], now: float | None = None) -> int:
+        self.enqueue(reports)
+        return self.flush(now)
