@@ -1,0 +1,22 @@
+"""`slurm-ext`: the admin's command line. Each part registers its click commands here."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from slurm_ext import __version__
+
+
+@click.group()
+@click.version_option(__version__, prog_name="slurm-ext")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """GPU-aware scheduling extensions for Slurm."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# Commands are registered below, one line per part of the suite.
