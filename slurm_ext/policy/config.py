@@ -1,0 +1,60 @@
+"""Policy knobs, one TOML table (`[policy]`), validated by `slurm_ext.config.from_dict`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slurm_ext.config import choices
+
+POLICIES = ("gittins", "las", "fifo", "multifactor", "sjf", "srtf")
+ORACLES = ("sjf", "srtf")  # these read JobView.true_duration_s: simulator-only baselines
+
+
+@dataclass
+class PolicyConfig:
+    """How jobs are ranked.
+
+    policy: gittins (Tiresias discretised 2D-Gittins), las (discretised 2D-LAS, FIFO inside
+        a queue), fifo, multifactor (Slurm-like age + size), sjf / srtf (oracles).
+    queue_thresholds_gpu_s: multi-level queue limits in attained GPU-seconds; a job with
+        attained service >= thresholds[i] sits in queue i+1 or lower. Empty = one queue.
+    starvation_factor: Tiresias STARVELIMIT. A pending job that has run before is promoted
+        to queue 0 once it has waited longer than this x its last run stint. 0 disables.
+    history_window: completed jobs (GPU-seconds) kept for the Gittins distribution.
+    min_run_s: a running job whose current stint is shorter than this is not preempted
+        (stops promotion / preemption ping-pong that only burns restart overhead).
+    gittins_grid_start_gpu_s / gittins_grid_per_decade: the Gittins index is tabulated on
+        a geometric grid of attained service and read as a step function, so a job's
+        index only changes when it crosses a grid point (cheap to cache, stable order).
+    multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
+        hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
+    """
+
+    policy: str = choices(*POLICIES, default="gittins")
+    queue_thresholds_gpu_s: list[float] = field(
+        default_factory=lambda: [3600.0, 14400.0, 57600.0, 230400.0]
+    )
+    starvation_factor: float = 4.0
+    history_window: int = 5000
+    min_run_s: float = 300.0
+    gittins_grid_start_gpu_s: float = 60.0
+    gittins_grid_per_decade: int = 4
+    multifactor_age_weight: float = 10.0
+    multifactor_size_weight: float = 10.0
+
+    def __post_init__(self) -> None:
+        ts = list(self.queue_thresholds_gpu_s)
+        if any(t <= 0 for t in ts) or ts != sorted(ts):
+            raise ValueError("queue_thresholds_gpu_s must be positive and increasing")
+        if self.starvation_factor < 0:
+            raise ValueError("starvation_factor must be >= 0")
+        if self.history_window < 1:
+            raise ValueError("history_window must be >= 1")
+        if self.min_run_s < 0:
+            raise ValueError("min_run_s must be >= 0")
+        if self.gittins_grid_start_gpu_s <= 0 or self.gittins_grid_per_decade < 1:
+            raise ValueError("gittins grid must start > 0 with >= 1 point per decade")
+
+    @property
+    def oracle(self) -> bool:
+        return self.policy in ORACLES

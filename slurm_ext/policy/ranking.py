@@ -1,0 +1,184 @@
+"""Job order: one sort key per job, computed from what a live service can see.
+
+`priority_key` is the single source of truth; `rank` sorts by it and explains, and the
+simulator keeps the same keys in incremental heaps. Lower keys run first:
+(protected?, queue, score, submit_time, job_id) with score = -Gittins index, a size/age
+priority or, for oracles only, the true (remaining) GPU-time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+
+from slurm_ext.model import Decision, JobView
+from slurm_ext.policy.config import PolicyConfig
+from slurm_ext.policy.gittins import GittinsTable
+
+Key = tuple[int, int, float, float, int]
+History = Sequence[float] | GittinsTable | None
+
+
+def build_table(history: History, config: PolicyConfig) -> GittinsTable | None:
+    """A Gittins table from completed jobs' GPU-seconds (the last `history_window`)."""
+    if history is None or isinstance(history, GittinsTable):
+        return history
+    window = list(history)[-config.history_window :]
+    return GittinsTable.from_samples(
+        window, config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
+    )
+
+
+def queue_of(attained_gpu_s: float, thresholds: Sequence[float]) -> int:
+    return bisect.bisect_right(thresholds, attained_gpu_s)
+
+
+def protected(job: JobView, config: PolicyConfig) -> bool:
+    return job.running and job.last_run_s < config.min_run_s
+
+
+def promoted(job: JobView, now: float, config: PolicyConfig) -> bool:
+    """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0."""
+    if job.running or config.starvation_factor <= 0 or job.last_run_s <= 0:
+        return False
+    since = job.waiting_since if job.waiting_since is not None else job.submit_time
+    return now - since >= config.starvation_factor * job.last_run_s
+
+
+def _uses_queues(config: PolicyConfig) -> bool:
+    return config.policy in ("gittins", "las")
+
+
+def priority_key(job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None) -> Key:
+    """The sort key of one job; only oracle policies read `true_duration_s`."""
+    prot = 0 if protected(job, config) else 1
+    p = config.policy
+    if _uses_queues(config):
+        queue = (
+            0
+            if promoted(job, now, config)
+            else queue_of(job.attained_gpu_s, config.queue_thresholds_gpu_s)
+        )
+        score = 0.0
+        if p == "gittins" and table is not None and table.samples:
+            score = -table.index(job.attained_gpu_s)
+        return (prot, queue, score, job.submit_time, job.job_id)
+    if p == "fifo":
+        return (prot, 0, 0.0, job.submit_time, job.job_id)
+    if p == "multifactor":
+        # age x w_a + gpus x w_s; the age term is now x w_a - submit x w_a, and now is shared.
+        score = -(
+            config.multifactor_size_weight * job.gpus
+            - config.multifactor_age_weight * job.submit_time / 3600.0
+        )
+        return (prot, 0, score, job.submit_time, job.job_id)
+    total = _true_gpu_s(job)
+    if p == "sjf":
+        return (prot, 0, total, job.submit_time, job.job_id)
+    if p == "srtf":
+        return (prot, 0, total - job.gpus * job.executed_s, job.submit_time, job.job_id)
+    raise ValueError(f"unknown policy {p!r}")
+
+
+def _true_gpu_s(job: JobView) -> float:
+    if job.true_duration_s is None:
+        raise ValueError(f"job {job.job_id}: oracle policy needs true_duration_s")
+    return job.gpus * job.true_duration_s
+
+
+def key_change_after(
+    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None
+) -> float:
+    """Seconds until this job's key may change on its own (inf: only events change it).
+
+    Running jobs change at the end of protection, at queue thresholds and at Gittins grid
+    points; pending jobs at promotion. SRTF changes continuously and returns 0.
+    """
+    if config.policy == "srtf" and job.running:
+        return 0.0
+    if job.running:
+        after = math.inf
+        if job.last_run_s < config.min_run_s:
+            after = config.min_run_s - job.last_run_s
+        if _uses_queues(config) and job.gpus > 0:
+            a = job.attained_gpu_s
+            q = queue_of(a, config.queue_thresholds_gpu_s)
+            if q < len(config.queue_thresholds_gpu_s):
+                after = min(after, (config.queue_thresholds_gpu_s[q] - a) / job.gpus)
+            if config.policy == "gittins" and table is not None and table.samples:
+                after = min(after, (table.next_change_gpu_s(a) - a) / job.gpus)
+        return after
+    if (
+        _uses_queues(config)
+        and config.starvation_factor > 0
+        and job.last_run_s > 0
+        and not promoted(job, now, config)
+    ):
+        since = job.waiting_since if job.waiting_since is not None else job.submit_time
+        return since + config.starvation_factor * job.last_run_s - now
+    return math.inf
+
+
+def explain(
+    job: JobView, key: Key, now: float, config: PolicyConfig, table: GittinsTable | None
+) -> str:
+    """A short human-readable reason for the job's place in the order."""
+    parts: list[str] = []
+    if key[0] == 0:
+        parts.append(
+            f"protected: running {job.last_run_s:.0f} s < min_run_s {config.min_run_s:.0f} s"
+        )
+    p = config.policy
+    if _uses_queues(config):
+        ts = config.queue_thresholds_gpu_s
+        q = queue_of(job.attained_gpu_s, ts)
+        where = f"queue {q} (attained {job.attained_gpu_s:.0f} GPU-s"
+        where += f" >= {ts[q - 1]:.0f})" if q > 0 else f" < {ts[0]:.0f})" if ts else ")"
+        parts.append(where)
+        if p == "gittins":
+            if table is not None and table.samples:
+                parts.append(f"gittins {-key[2]:.3g} ({table.samples} completed jobs)")
+            else:
+                parts.append("no history yet: 2D-LAS order")
+        if promoted(job, now, config):
+            since = job.waiting_since if job.waiting_since is not None else job.submit_time
+            parts.append(
+                f"promoted to queue 0: waited {now - since:.0f} s >= "
+                f"{config.starvation_factor:g} x last run {job.last_run_s:.0f} s"
+            )
+    elif p == "fifo":
+        parts.append(f"fifo: submitted {job.submit_time:.0f}")
+    elif p == "multifactor":
+        age_h = max(0.0, now - job.submit_time) / 3600.0
+        a = config.multifactor_age_weight * age_h
+        s = config.multifactor_size_weight * job.gpus
+        parts.append(f"priority {a + s:.0f} = age {a:.0f} + size {s:.0f}")
+    elif p == "sjf":
+        parts.append(f"oracle sjf: true size {key[2]:.0f} GPU-s")
+    else:
+        parts.append(f"oracle srtf: true remaining {key[2]:.0f} GPU-s")
+    return "; ".join(parts)
+
+
+def rank(
+    jobs: Sequence[JobView], now: float, config: PolicyConfig, history: History = None
+) -> list[Decision]:
+    """Order jobs (running and pending) best first; Decision.rank 0 runs first.
+
+    `history` is the completed jobs' GPU-seconds or a prebuilt GittinsTable; without it
+    the gittins policy falls back to 2D-LAS and says so in each reason.
+    """
+    table = build_table(history, config) if config.policy == "gittins" else None
+    keyed = sorted((priority_key(j, now, config, table), j) for j in jobs)
+    return [
+        Decision(
+            job_id=j.job_id,
+            rank=i,
+            queue=k[1],
+            index=-k[2] if config.policy == "gittins" else k[2],
+            promoted=_uses_queues(config) and promoted(j, now, config),
+            reason=explain(j, k, now, config, table),
+        )
+        for i, (k, j) in enumerate(keyed)
+    ]

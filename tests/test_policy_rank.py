@@ -1,0 +1,159 @@
+"""Ranking: LAS order, Gittins queues, starvation promotion, baselines, no oracle leak."""
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from slurm_ext.config import ConfigError, from_dict
+from slurm_ext.model import JobView
+from slurm_ext.policy import GittinsTable, PolicyConfig, rank
+
+
+def ids(decisions):
+    return [d.job_id for d in decisions]
+
+
+def test_config_from_dict_validates_choices():
+    cfg = from_dict(PolicyConfig, {"policy": "las", "queue_thresholds_gpu_s": [10, 100]}, None)
+    assert cfg.policy == "las" and cfg.queue_thresholds_gpu_s == [10.0, 100.0]
+    with pytest.raises(ConfigError, match="policy"):
+        from_dict(PolicyConfig, {"policy": "lottery"}, None)
+    with pytest.raises(ConfigError, match="increasing"):
+        from_dict(PolicyConfig, {"queue_thresholds_gpu_s": [100, 10]}, None)
+
+
+def test_las_orders_by_queue_then_fifo():
+    cfg = PolicyConfig(policy="las", queue_thresholds_gpu_s=[100.0, 1000.0], min_run_s=0)
+    jobs = [
+        JobView(job_id=1, gpus=4, submit_time=0, attained_gpu_s=400),  # queue 1
+        JobView(job_id=2, gpus=1, submit_time=5, attained_gpu_s=50),  # queue 0
+        JobView(job_id=3, gpus=2, submit_time=1, attained_gpu_s=2000),  # queue 2
+        JobView(job_id=4, gpus=8, submit_time=3, attained_gpu_s=0),  # queue 0, earlier
+        JobView(job_id=5, gpus=1, submit_time=2, attained_gpu_s=999),  # queue 1, later than job 1
+    ]
+    d = rank(jobs, now=10, config=cfg)
+    assert ids(d) == [4, 2, 1, 5, 3]
+    assert [x.queue for x in d] == [0, 0, 1, 1, 2]
+    assert [x.rank for x in d] == [0, 1, 2, 3, 4]
+    assert "queue 1 (attained 400 GPU-s >= 100)" in d[2].reason
+
+
+def test_gittins_orders_inside_a_queue_by_index():
+    # history: half the jobs finish at 100 GPU-s, half at 10000.
+    history = [100.0] * 50 + [10000.0] * 50
+    cfg = PolicyConfig(
+        policy="gittins",
+        queue_thresholds_gpu_s=[50000.0],
+        min_run_s=0,
+        gittins_grid_start_gpu_s=10.0,
+        gittins_grid_per_decade=10,
+    )
+    table = GittinsTable.from_samples(history, 10.0, 10)
+    a_young = JobView(job_id=1, gpus=1, submit_time=0, attained_gpu_s=5)  # index at grid 0
+    b_near = JobView(job_id=2, gpus=1, submit_time=9, attained_gpu_s=90)  # close to 100
+    c_past = JobView(job_id=3, gpus=1, submit_time=1, attained_gpu_s=200)  # now a long job
+    d = rank([a_young, b_near, c_past], now=10, config=cfg, history=table)
+    # hand: near 100 the chance to finish soon is highest; past 100 only 10000s remain.
+    assert ids(d) == [2, 1, 3]
+    assert table.index(90) > table.index(5) > table.index(200) > 0
+    assert "gittins" in d[0].reason and "100 completed jobs" in d[0].reason
+    # The same order whether the service passes raw history or the table.
+    assert ids(rank([a_young, b_near, c_past], 10, cfg, history)) == [2, 1, 3]
+
+
+def test_gittins_without_history_falls_back_to_las_and_says_so():
+    cfg = PolicyConfig(policy="gittins", queue_thresholds_gpu_s=[100.0], min_run_s=0)
+    jobs = [
+        JobView(job_id=1, gpus=1, submit_time=0, attained_gpu_s=500),
+        JobView(job_id=2, gpus=1, submit_time=4, attained_gpu_s=0),
+    ]
+    d = rank(jobs, 10, cfg, None)
+    assert ids(d) == [2, 1]
+    assert all("no history yet: 2D-LAS order" in x.reason for x in d)
+
+
+def test_starvation_guard_promotes_to_queue_zero():
+    cfg = PolicyConfig(
+        policy="las", queue_thresholds_gpu_s=[100.0], starvation_factor=2.0, min_run_s=0
+    )
+    starving = JobView(
+        job_id=1, gpus=1, submit_time=0, attained_gpu_s=4000, last_run_s=4000, waiting_since=5000
+    )
+    fresh = JobView(job_id=2, gpus=1, submit_time=12000, attained_gpu_s=0)
+    # waited 7000 s < 2 x 4000: stays in queue 1 behind the fresh job
+    d = rank([starving, fresh], 12000, cfg)
+    assert ids(d) == [2, 1] and not d[1].promoted
+    # waited 9000 s > 8000: promoted, and FIFO inside queue 0 puts it first
+    d = rank([starving, fresh], 14000, cfg)
+    assert ids(d) == [1, 2]
+    assert d[0].promoted and d[0].queue == 0
+    assert "promoted to queue 0: waited 9000 s >= 2 x last run 4000 s" in d[0].reason
+    # factor 0 disables the guard
+    off = replace(cfg, starvation_factor=0.0)
+    assert ids(rank([starving, fresh], 1e9, off)) == [2, 1]
+
+
+def test_min_run_protects_a_fresh_stint():
+    cfg = PolicyConfig(policy="las", queue_thresholds_gpu_s=[100.0], min_run_s=300)
+    running = JobView(
+        job_id=1, gpus=1, submit_time=0, attained_gpu_s=5000, running=True, last_run_s=60
+    )
+    new = JobView(job_id=2, gpus=1, submit_time=50, attained_gpu_s=0)
+    d = rank([running, new], 100, cfg)
+    assert ids(d) == [1, 2] and d[0].reason.startswith("protected")
+    older = replace(running, last_run_s=400)
+    assert ids(rank([older, new], 100, cfg)) == [2, 1]
+
+
+def test_baselines():
+    jobs = [
+        JobView(job_id=1, gpus=1, submit_time=0, true_duration_s=1000, executed_s=900),
+        JobView(job_id=2, gpus=8, submit_time=100, true_duration_s=50),
+        JobView(job_id=3, gpus=2, submit_time=50, true_duration_s=300),
+    ]
+    assert ids(rank(jobs, 200, PolicyConfig(policy="fifo", min_run_s=0))) == [1, 3, 2]
+    # sjf: 2D size 1000, 400, 600 GPU-s
+    assert ids(rank(jobs, 200, PolicyConfig(policy="sjf", min_run_s=0))) == [2, 3, 1]
+    # srtf: remaining 100, 400, 600 GPU-s
+    assert ids(rank(jobs, 200, PolicyConfig(policy="srtf", min_run_s=0))) == [1, 2, 3]
+    # multifactor with size weight >> age: big jobs first (Slurm favours large jobs)
+    mf = PolicyConfig(policy="multifactor", multifactor_size_weight=100, min_run_s=0)
+    d = rank(jobs, 200, mf)
+    assert ids(d) == [2, 3, 1]
+    assert d[0].reason.startswith("priority 800 = age 0 + size 800")
+    # age dominates after enough waiting with a large age weight
+    old = PolicyConfig(policy="multifactor", multifactor_age_weight=1e6, min_run_s=0)
+    assert ids(rank(jobs, 200, old)) == [1, 3, 2]
+
+
+def test_oracles_refuse_missing_durations():
+    with pytest.raises(ValueError, match="true_duration_s"):
+        rank([JobView(job_id=1, gpus=1, submit_time=0)], 0, PolicyConfig(policy="sjf"))
+
+
+@pytest.mark.parametrize("policy", ["gittins", "las", "fifo", "multifactor"])
+def test_no_oracle_leak_permuting_hidden_durations(policy):
+    rng = random.Random(7)
+    cfg = PolicyConfig(policy=policy, queue_thresholds_gpu_s=[500.0, 5000.0])
+    history = [rng.lognormvariate(7, 2) for _ in range(200)]
+    jobs = [
+        JobView(
+            job_id=i,
+            gpus=rng.choice([1, 1, 2, 4, 8]),
+            submit_time=rng.uniform(0, 1000),
+            attained_gpu_s=rng.choice([0.0, 100.0, 900.0, 7000.0]),
+            running=rng.random() < 0.3,
+            last_run_s=rng.choice([0.0, 50.0, 600.0]),
+            true_duration_s=rng.lognormvariate(7, 2),
+        )
+        for i in range(60)
+    ]
+    base = rank(jobs, 2000, cfg, history)
+    durations = [j.true_duration_s for j in jobs]
+    for _ in range(5):
+        rng.shuffle(durations)
+        shuffled = [replace(j, true_duration_s=d) for j, d in zip(jobs, durations, strict=True)]
+        assert rank(shuffled, 2000, cfg, history) == base
+    hidden = [replace(j, true_duration_s=None) for j in jobs]
+    assert rank(hidden, 2000, cfg, history) == base
