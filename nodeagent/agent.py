@@ -1,0 +1,488 @@
+"""The node agent loop: sample, map processes to jobs, attribute energy, enforce
+co-location, report, persist. Each part is an adapter or a pure function; this module
+only wires them and keeps the per-job running totals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nodeagent import colocation as co
+from nodeagent.cgroups import (
+    CgroupMounts,
+    JobFreezer,
+    JobProcesses,
+    PauseRecord,
+    job_cpus_alloc,
+    job_slurm_env,
+    node_busy_cpu_s,
+    read_mounts,
+    scan_jobs,
+)
+from nodeagent.config import AgentConfig
+from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
+from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
+from nodeagent.report import JobReport, ReportSender
+
+log = logging.getLogger(__name__)
+STATE_VERSION = 1
+
+
+@dataclass
+class JobAccount:
+    """Running totals of one job on this node; persisted so counters survive restarts."""
+
+    job_id: int
+    first_seen: float  # unix seconds
+    last_seen: float
+    klass: str = co.GUARANTEED
+    qos: str = ""
+    partition: str = ""
+    gpu_seconds: float = 0.0
+    util_seconds: float = 0.0  # GPU-seconds whose utilisation was measurable
+    util_weighted: float = 0.0  # sum of util x dt over those
+    util_peak: float = 0.0
+    mem_peak_bytes: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    gpu_energy_j: float = 0.0
+    cpu_energy_j: float = 0.0
+    gpu_uuids: list[str] = field(default_factory=list)
+    gpu_type: str = ""
+    cpus_alloc: int | None = None
+    samples: int = 0
+
+    def report(self, node: str, final: bool) -> JobReport:
+        mean = self.util_weighted / self.util_seconds if self.util_seconds > 0 else 0.0
+        return JobReport(
+            node=node,
+            job_id=self.job_id,
+            gpu_seconds=self.gpu_seconds,
+            gpu_util_mean=min(1.0, mean),
+            gpu_util_peak=min(1.0, self.util_peak),
+            gpu_mem_peak_bytes=self.mem_peak_bytes,
+            cpu_cores_alloc=self.cpus_alloc,
+            cpu_cores_used=self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
+            gpu_energy_j=self.gpu_energy_j,
+            cpu_energy_j=self.cpu_energy_j,
+            gpu_uuids=tuple(self.gpu_uuids),
+            gpu_type=self.gpu_type,
+            samples=self.samples,
+            period_start=self.first_seen,
+            period_end=self.last_seen,
+            final=final,
+        )
+
+
+@dataclass(frozen=True)
+class JobGpuUse:
+    job_id: int
+    gpu: GpuSample
+    util: float | None
+    memory_bytes: int
+
+
+class Agent:
+    """One node's agent. `step()` is one sample; `run()` loops until `stop` is set."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        gpu_reader: GpuReader | None,
+        rapl: RaplReader | None = None,
+        sender: ReportSender | None = None,
+        mounts: CgroupMounts | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.node = config.node_name or socket.gethostname().split(".")[0]
+        self.gpu_reader = gpu_reader
+        self.rapl = rapl
+        self.sender = sender
+        self.mounts = mounts if mounts is not None else read_mounts()
+        self.freezer = JobFreezer(self.mounts, config.proc_root)
+        self.clock = clock
+        self.wall = wall
+        c = config.colocation
+        self.rules = co.ClassRules(
+            tuple(c.guaranteed_qos),
+            tuple(c.opportunistic_qos),
+            tuple(c.guaranteed_partitions),
+            tuple(c.opportunistic_partitions),
+            c.default_class,
+        )
+        e = c.eaco
+        self.policy = co.Policy(
+            slow_fraction=c.slow_fraction,
+            memory_high=c.memory_high,
+            idle_util=c.idle_util,
+            min_solo_util=c.min_solo_util,
+            eaco=co.EacoModel(
+                e.gpu_idle_w,
+                e.gpu_max_w,
+                e.opportunistic_power_w,
+                e.predicted_slowdown,
+                e.max_slowdown,
+            )
+            if e.enabled
+            else None,
+        )
+        self.lock = threading.Lock()  # the exporter reads under it
+        self.meter = GpuEnergyMeter()
+        self.co_state = co.CoState()
+        self.accounts: dict[int, JobAccount] = {}
+        self.paused: dict[int, PauseRecord] = {}
+        self.gpu_energy_total: dict[str, float] = {}
+        self.cpu_energy_total = 0.0
+        self.action_counts: dict[tuple[str, str], int] = {}
+        self.error_counts: dict[str, int] = {}
+        self.samples_total = 0
+        self.last_duration_s = 0.0
+        # latest sample, for the exporter and `show`
+        self.gpus: list[GpuSample] = []
+        self.job_gpu: list[JobGpuUse] = []
+        self.jobs: dict[int, JobProcesses] = {}
+        self._last_t: float | None = None
+        self._last_report = -1e18
+        self._prev_cpu: dict[tuple[int, int], float] | None = None
+        self._prev_node_busy: float | None = None
+        self._warned: set[str] = set()
+        self._load_state()
+
+    # ---- state -------------------------------------------------------------------------
+    def _load_state(self) -> None:
+        """Restore totals, and resume any job a previous run left paused."""
+        if not self.config.state_file:
+            return
+        path = Path(self.config.state_file)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.error("state file %s unreadable (%s): starting from zero", path, exc)
+            return
+        if doc.get("version") != STATE_VERSION:
+            log.error("state file %s has version %r: ignored", path, doc.get("version"))
+            return
+        for d in doc.get("accounts", []):
+            a = JobAccount(**d)
+            self.accounts[a.job_id] = a
+        self.gpu_energy_total = {k: float(v) for k, v in doc.get("gpu_energy_total", {}).items()}
+        self.cpu_energy_total = float(doc.get("cpu_energy_total", 0.0))
+        self.co_state.solo_util = {int(k): v for k, v in doc.get("solo_util", {}).items()}
+        for d in doc.get("paused", []):
+            rec = PauseRecord.from_dict(d)
+            ok = self.freezer.resume(rec)
+            self._count_action("resume", "recovery")
+            log.warning(
+                "start-up recovery: resumed job %s paused by a previous run (%s, %s)",
+                rec.job_id,
+                rec.method,
+                "ok" if ok else "incomplete",
+            )
+        if doc.get("paused"):
+            self.save_state()
+
+    def save_state(self) -> None:
+        if not self.config.state_file:
+            return
+        path = Path(self.config.state_file)
+        doc = {
+            "version": STATE_VERSION,
+            "saved_at": self.wall(),
+            "accounts": [asdict(a) for a in self.accounts.values()],
+            "gpu_energy_total": self.gpu_energy_total,
+            "cpu_energy_total": self.cpu_energy_total,
+            "solo_util": {str(k): v for k, v in self.co_state.solo_util.items()},
+            "paused": [r.to_dict() for r in self.paused.values()],
+        }
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._error("state", f"cannot write state file {path}: {exc}")
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _error(self, source: str, message: str) -> None:
+        self.error_counts[source] = self.error_counts.get(source, 0) + 1
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
+    def _count_action(self, kind: str, code: str) -> None:
+        key = (kind, code)
+        self.action_counts[key] = self.action_counts.get(key, 0) + 1
+
+    def _read_gpus(self) -> list[GpuSample]:
+        if self.gpu_reader is None:
+            return []
+        try:
+            gpus = self.gpu_reader.read()
+        except GpuUnavailable as exc:
+            self._error("gpu", str(exc))
+            return []
+        for g in gpus:
+            for err in g.errors:
+                self._error("gpu", f"GPU {g.label} {g.uuid}: {err}")
+        return gpus
+
+    # ---- one sample ----------------------------------------------------------------------
+    def step(self) -> list[co.Action]:
+        t0 = time.process_time()
+        now, wall = self.clock(), self.wall()
+        dt = now - self._last_t if self._last_t is not None else 0.0
+        self._last_t = now
+        gpus = self._read_gpus()
+        gpu_pids = {p.pid for g in gpus for p in g.processes}
+        jobs = scan_jobs(self.config.proc_root, gpu_pids)
+        job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
+        with self.lock:
+            for job_id, jp in jobs.items():
+                if job_id not in self.accounts:
+                    self.accounts[job_id] = self._new_account(jp, wall)
+                self.accounts[job_id].last_seen = wall
+            self._gpu_energy(gpus, job_of_pid, now)
+            uses = self._job_gpu_use(gpus, job_of_pid)
+            self._account_gpu(uses, dt)
+            self._cpu(jobs, dt)
+            actions = self._colocate(uses, jobs)
+            finals = self._ended(jobs)
+            self.gpus, self.job_gpu, self.jobs = gpus, uses, jobs
+            self.samples_total += 1
+        self._report(now, finals)
+        self.save_state()
+        self.last_duration_s = time.process_time() - t0
+        return actions
+
+    def _new_account(self, jp: JobProcesses, wall: float) -> JobAccount:
+        env = job_slurm_env(jp.pids, self.config.proc_root)
+        qos, part = env.get("SLURM_JOB_QOS", ""), env.get("SLURM_JOB_PARTITION", "")
+        klass = co.classify(qos, part, self.rules)
+        log.info("job %s seen: qos=%r partition=%r class=%s", jp.job_id, qos, part, klass)
+        return JobAccount(
+            jp.job_id,
+            wall,
+            wall,
+            klass,
+            qos,
+            part,
+            cpus_alloc=job_cpus_alloc(jp.placement, self.mounts),
+        )
+
+    def _gpu_energy(self, gpus: list[GpuSample], job_of_pid: dict[int, int], now: float) -> None:
+        migs: dict[str, list[GpuSample]] = {}
+        for g in gpus:
+            if g.parent_uuid:
+                migs.setdefault(g.parent_uuid, []).append(g)
+        for g in gpus:
+            if g.parent_uuid:
+                continue
+            delta = self.meter.update(g.uuid, now, g.energy_mj, g.power_w)
+            self.gpu_energy_total[g.uuid] = self.gpu_energy_total.get(g.uuid, 0.0) + delta
+            children = migs.get(g.uuid, [])
+            procs = list(g.processes) + [p for m in children for p in m.processes]
+            known = g.process_util_known and all(m.process_util_known for m in children)
+            weights, _ = gpu_job_weights(procs, job_of_pid, known)
+            for job, joules in split(delta, weights).items():
+                if job in self.accounts:
+                    self.accounts[job].gpu_energy_j += joules
+
+    def _job_gpu_use(self, gpus: list[GpuSample], job_of_pid: dict[int, int]) -> list[JobGpuUse]:
+        """Each job's utilisation and memory on each device it has processes on. Without
+        per-process utilisation, a job alone (others paused or absent) gets the GPU's."""
+        uses = []
+        for g in gpus:
+            per_job: dict[int, tuple[float, int]] = {}
+            for p in g.processes:
+                job = job_of_pid.get(p.pid)
+                if job is None:
+                    continue
+                u, m = per_job.get(job, (0.0, 0))
+                per_job[job] = (u + (p.sm_util or 0.0), m + (p.used_memory_bytes or 0))
+            running = [j for j in per_job if j not in self.paused]
+            for job, (u, m) in sorted(per_job.items()):
+                if g.process_util_known:
+                    util: float | None = min(1.0, u)
+                elif running == [job] and g.util is not None:
+                    util = g.util
+                elif job in self.paused:
+                    util = 0.0
+                else:
+                    util = None
+                uses.append(JobGpuUse(job, g, util, m))
+        return uses
+
+    def _account_gpu(self, uses: list[JobGpuUse], dt: float) -> None:
+        mem_now: dict[int, int] = {}
+        for u in uses:
+            a = self.accounts.get(u.job_id)
+            if a is None:
+                continue
+            a.gpu_seconds += dt
+            if u.util is not None:
+                a.util_seconds += dt
+                a.util_weighted += u.util * dt
+                a.util_peak = max(a.util_peak, u.util)
+            mem_now[u.job_id] = mem_now.get(u.job_id, 0) + u.memory_bytes
+            if u.gpu.uuid not in a.gpu_uuids:
+                a.gpu_uuids.append(u.gpu.uuid)
+            a.gpu_type = a.gpu_type or u.gpu.name
+        for job, m in mem_now.items():
+            a = self.accounts[job]
+            a.mem_peak_bytes = max(a.mem_peak_bytes, m)
+            a.samples += 1
+
+    def _cpu(self, jobs: dict[int, JobProcesses], dt: float) -> None:
+        """CPU seconds per job since the last sample, per process so an exiting process
+        never makes a job's total go backwards; RAPL energy split by CPU-time share."""
+        current = {key: s for jp in jobs.values() for key, s in jp.cpu_by_proc.items()}
+        first = self._prev_cpu is None
+        prev = self._prev_cpu or {}
+        job_delta: dict[int, float] = {}
+        for job_id, jp in jobs.items():
+            d = 0.0
+            for key, s in jp.cpu_by_proc.items():
+                base = prev.get(key, s if first else 0.0)
+                d += max(0.0, s - base)
+            job_delta[job_id] = d
+            a = self.accounts[job_id]
+            a.cpu_s += d
+            a.wall_s += dt
+        self._prev_cpu = current
+        busy = node_busy_cpu_s(self.config.proc_root)
+        busy_delta = None
+        if busy is not None and self._prev_node_busy is not None:
+            busy_delta = busy - self._prev_node_busy
+        self._prev_node_busy = busy
+        delta_j = self.rapl.delta_j() if self.rapl is not None else None
+        if delta_j is None:
+            return
+        self.cpu_energy_total += delta_j
+        for job, joules in cpu_job_energy(delta_j, job_delta, busy_delta).items():
+            self.accounts[job].cpu_energy_j += joules
+
+    def _colocate(self, uses: list[JobGpuUse], jobs: dict[int, JobProcesses]) -> list[co.Action]:
+        if not self.config.colocation.enabled:
+            return []
+        by_gpu: dict[str, list[JobGpuUse]] = {}
+        for u in uses:
+            by_gpu.setdefault(u.gpu.uuid, []).append(u)
+        views = []
+        for group in by_gpu.values():
+            g = group[0].gpu
+            frac = None
+            if g.memory_used_bytes is not None and g.memory_total_bytes:
+                frac = g.memory_used_bytes / g.memory_total_bytes
+            views.append(
+                co.GpuView(
+                    g.uuid,
+                    tuple(
+                        co.JobOnGpu(u.job_id, self.accounts[u.job_id].klass, u.util) for u in group
+                    ),
+                    frac,
+                    g.power_w,
+                )
+            )
+        self.co_state.paused = set(self.paused)
+        actions = co.decide(views, self.co_state, self.policy)
+        for a in actions:
+            self._enforce(a, jobs)
+        return actions
+
+    def _enforce(self, action: co.Action, jobs: dict[int, JobProcesses]) -> None:
+        self._count_action(action.kind, action.code)
+        if action.kind == "pause":
+            jp = jobs.get(action.job_id)
+            if jp is None:
+                return
+            rec = self.freezer.pause(jp)
+            self.paused[action.job_id] = rec
+            log.warning(
+                "paused opportunistic job %s on %s via %s: %s",
+                action.job_id,
+                action.gpu,
+                rec.method,
+                action.reason,
+            )
+        else:
+            rec = self.paused.pop(action.job_id, None)
+            if rec is not None:
+                ok = self.freezer.resume(rec)
+                log.warning(
+                    "resumed job %s via %s (%s)%s",
+                    action.job_id,
+                    rec.method,
+                    action.reason,
+                    "" if ok else ": incomplete",
+                )
+
+    def _ended(self, jobs: dict[int, JobProcesses]) -> list[JobReport]:
+        ended = [j for j in self.accounts if j not in jobs]
+        finals = []
+        for job in ended:
+            a = self.accounts.pop(job)
+            finals.append(a.report(self.node, final=True))
+            rec = self.paused.pop(job, None)
+            if rec is not None:
+                self.freezer.resume(rec)
+        if ended:
+            co.forget(self.co_state, set(self.accounts))
+        return finals
+
+    def _report(self, now: float, finals: list[JobReport]) -> None:
+        if self.sender is None:
+            return
+        due = now - self._last_report >= self.config.report.interval_s
+        if not due and not finals:
+            return
+        reports = list(finals)
+        if due:
+            self._last_report = now
+            with self.lock:
+                reports += [a.report(self.node, final=False) for a in self.accounts.values()]
+        try:
+            self.sender.send(reports)
+        except OSError as exc:
+            self._error("report", f"report spool: {exc}")
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def resume_all(self, why: str) -> None:
+        with self.lock:
+            for job, rec in list(self.paused.items()):
+                ok = self.freezer.resume(rec)
+                self._count_action("resume", why)
+                log.warning("resumed job %s on %s (%s)", job, why, "ok" if ok else "incomplete")
+                del self.paused[job]
+            self.co_state.paused.clear()
+
+    def run(self, stop: threading.Event, once: bool = False) -> None:
+        """Loop until `stop`; always leaves no job paused behind it."""
+        interval = self.config.interval_s
+        try:
+            while not stop.is_set():
+                started = self.clock()
+                try:
+                    self.step()
+                except Exception:  # a bad sample must not end the agent
+                    self.error_counts["step"] = self.error_counts.get("step", 0) + 1
+                    log.exception("sample failed")
+                if once:
+                    break
+                stop.wait(max(0.0, interval - (self.clock() - started)))
+        finally:
+            self.resume_all("shutdown")
+            self.save_state()
+            if self.sender is not None:
+                self.sender.flush()

@@ -1,0 +1,348 @@
+"""Which Slurm job a process belongs to, per-job CPU use, and pausing a job.
+
+Mapping trusts the cgroup first: slurmstepd places every task in
+`.../slurm/uid_U/job_J/step_S/...` (cgroup v1) or `.../job_J/step_S/...` (v2), and a user
+cannot move a process out of it. SLURM_JOB_ID in /proc/PID/environ is only a fallback
+(for processes outside any job cgroup, e.g. a hand-started test process).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_JOB_RE = re.compile(r"/job_(\d+)(?=/|$)")
+_STEP_RE = re.compile(r"/job_\d+/step_([^/]+)")
+_UID_RE = re.compile(r"/uid_(\d+)(?=/)")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class CgroupPlacement:
+    """A process's cgroups as /proc/PID/cgroup lists them."""
+
+    v1: dict[str, str]  # controller -> path (named hierarchies as "name=systemd")
+    v2: str | None  # the unified path, from the "0::" line
+    job_id: int | None
+    step: str | None
+    uid: int | None
+
+
+def parse_proc_cgroup(text: str) -> CgroupPlacement:
+    """Parse /proc/PID/cgroup. The v2 line wins for the job id, then freezer, then any v1."""
+    v1: dict[str, str] = {}
+    v2: str | None = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, controllers, path = parts
+        if hid == "0" and controllers == "":
+            v2 = path
+        else:
+            for c in controllers.split(","):
+                v1[c] = path
+    candidates = [v2 or "", v1.get("freezer", "")] + sorted(v1.values())
+    for path in candidates:
+        m = _JOB_RE.search(path)
+        if m:
+            step = _STEP_RE.search(path)
+            uid = _UID_RE.search(path)
+            return CgroupPlacement(
+                v1,
+                v2,
+                int(m.group(1)),
+                step.group(1) if step else None,
+                int(uid.group(1)) if uid else None,
+            )
+    return CgroupPlacement(v1, v2, None, None, None)
+
+
+def job_dir(path: str) -> str | None:
+    """The job-level directory of a Slurm cgroup path: '/a/job_7/step_0/x' -> '/a/job_7'."""
+    m = _JOB_RE.search(path)
+    return path[: m.end()] if m else None
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    out = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+@dataclass(frozen=True)
+class CgroupMounts:
+    v1: dict[str, str]  # controller -> mount point
+    v2: str | None
+
+
+def parse_mounts(text: str) -> CgroupMounts:
+    """Find cgroup mount points in /proc/self/mounts (v1, v2 or hybrid)."""
+    v1: dict[str, str] = {}
+    v2 = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        _, mnt, fstype, opts = parts[:4]
+        if fstype == "cgroup2" and v2 is None:
+            v2 = mnt
+        elif fstype == "cgroup":
+            for opt in opts.split(","):
+                if opt in ("rw", "ro") or opt.startswith(("relatime", "nosuid", "nodev", "noexec")):
+                    continue
+                v1.setdefault(opt, mnt)
+    return CgroupMounts(v1, v2)
+
+
+def read_mounts(path: str = "/proc/self/mounts") -> CgroupMounts:
+    try:
+        return parse_mounts(Path(path).read_text())
+    except OSError:
+        return CgroupMounts({}, None)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    cpu_s: float  # user + system of the process (all threads)
+    start_ticks: int  # boot-relative start time; tells a reused PID apart
+    rss_bytes: int
+
+
+def read_proc_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
+    raw = _read(f"{proc_root}/{pid}/stat")
+    if raw is None:
+        return None
+    rest = raw[raw.rfind(b")") + 2 :].split()  # the comm field may hold spaces
+    try:
+        utime, stime, start, rss = int(rest[11]), int(rest[12]), int(rest[19]), int(rest[21])
+    except (IndexError, ValueError):
+        return None
+    return ProcStat((utime + stime) / CLK_TCK, start, rss * PAGE)
+
+
+def node_busy_cpu_s(proc_root: str = "/proc") -> float | None:
+    """Busy CPU seconds of the whole node since boot (all CPUs, idle and iowait excluded)."""
+    raw = _read(f"{proc_root}/stat")
+    if raw is None:
+        return None
+    fields = raw.split(b"\n", 1)[0].split()[1:]
+    vals = [int(v) for v in fields[:8]]
+    busy = sum(vals) - vals[3] - (vals[4] if len(vals) > 4 else 0)
+    return busy / CLK_TCK
+
+
+@dataclass
+class JobProcesses:
+    """Processes of one job found by one scan."""
+
+    job_id: int
+    pids: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0  # summed CPU seconds of the live processes
+    cpu_by_proc: dict[tuple[int, int], float] = field(default_factory=dict)  # (pid, start)
+    rss_bytes: int = 0
+    placement: CgroupPlacement | None = None  # of one process (the first found)
+    from_environ: bool = False
+
+
+def scan_jobs(proc_root: str = "/proc", extra_pids: Iterable[int] = ()) -> dict[int, JobProcesses]:
+    """Map every process in a Slurm job cgroup to its job; `extra_pids` (GPU processes)
+    not in any job cgroup are mapped by SLURM_JOB_ID from their environment instead."""
+    jobs: dict[int, JobProcesses] = {}
+    unmapped = set(extra_pids)
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return jobs
+    for name in entries:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        raw = _read(f"{proc_root}/{pid}/cgroup")
+        if raw is None or b"job_" not in raw:
+            continue
+        placement = parse_proc_cgroup(raw.decode(errors="replace"))
+        if placement.job_id is None:
+            continue
+        _add(jobs, placement.job_id, pid, proc_root, placement, False)
+        unmapped.discard(pid)
+    for pid in unmapped:
+        env = _read(f"{proc_root}/{pid}/environ")
+        job = parse_environ(env).get("SLURM_JOB_ID", "") if env else ""
+        if job.isdigit():
+            _add(jobs, int(job), pid, proc_root, None, True)
+    return jobs
+
+
+def _add(
+    jobs: dict[int, JobProcesses],
+    job_id: int,
+    pid: int,
+    proc_root: str,
+    placement: CgroupPlacement | None,
+    from_environ: bool,
+) -> None:
+    st = read_proc_stat(pid, proc_root)
+    if st is None:
+        return  # exited during the scan
+    jp = jobs.setdefault(job_id, JobProcesses(job_id, placement=placement))
+    jp.from_environ = jp.from_environ or from_environ
+    jp.pids.append(pid)
+    jp.cpu_s += st.cpu_s
+    jp.cpu_by_proc[(pid, st.start_ticks)] = st.cpu_s
+    jp.rss_bytes += st.rss_bytes
+
+
+def job_slurm_env(pids: Iterable[int], proc_root: str = "/proc") -> dict[str, str]:
+    """SLURM_* variables of the job's earliest-started process that has them.
+
+    slurmstepd sets SLURM_JOB_QOS / SLURM_JOB_PARTITION when it execs the task; a user can
+    start children with a changed environment but cannot change the exec-time environment
+    of the first task, so the earliest process is the one trusted."""
+    best: tuple[int, dict[str, str]] | None = None
+    for pid in pids:
+        st = read_proc_stat(pid, proc_root)
+        env_raw = _read(f"{proc_root}/{pid}/environ")
+        if st is None or not env_raw:
+            continue
+        env = parse_environ(env_raw)
+        if "SLURM_JOB_ID" not in env:
+            continue
+        if best is None or st.start_ticks < best[0]:
+            best = (st.start_ticks, {k: v for k, v in env.items() if k.startswith("SLURM_")})
+    return best[1] if best else {}
+
+
+def cpuset_size(spec: str) -> int:
+    """Count CPUs in a cpuset list such as '0-3,8,10-11'."""
+    n = 0
+    for part in spec.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return n
+
+
+def job_cpus_alloc(placement: CgroupPlacement | None, mounts: CgroupMounts) -> int | None:
+    """CPUs in the job's cpuset, when the job cgroup has one we can read."""
+    if placement is None:
+        return None
+    candidates = []
+    if placement.v2 and mounts.v2 and job_dir(placement.v2):
+        candidates.append(f"{mounts.v2}{job_dir(placement.v2)}/cpuset.cpus.effective")
+    if "cpuset" in placement.v1 and "cpuset" in mounts.v1 and job_dir(placement.v1["cpuset"]):
+        candidates.append(f"{mounts.v1['cpuset']}{job_dir(placement.v1['cpuset'])}/cpuset.cpus")
+    for path in candidates:
+        raw = _read(path)
+        if raw and raw.strip():
+            try:
+                return cpuset_size(raw.decode())
+            except ValueError:
+                continue
+    return None
+
+
+@dataclass
+class PauseRecord:
+    """How a job was paused, enough to undo it after an agent restart."""
+
+    job_id: int
+    method: str  # "cgroup-v2", "cgroup-v1" or "sigstop"
+    targets: list[str]  # freeze files, or "pid:start_ticks" for SIGSTOP
+
+    def to_dict(self) -> dict:
+        return {"job_id": self.job_id, "method": self.method, "targets": list(self.targets)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PauseRecord:
+        return cls(int(d["job_id"]), str(d["method"]), [str(t) for t in d["targets"]])
+
+
+class JobFreezer:
+    """Pause and resume a whole job: cgroup v2 `cgroup.freeze`, else the v1 freezer,
+    else SIGSTOP/SIGCONT of the job's processes.
+
+    On v2 the `user` subtree of each step is frozen where Slurm made one, so slurmstepd
+    (in `step_S/slurm`) keeps answering slurmd; otherwise the job directory is frozen.
+    """
+
+    def __init__(self, mounts: CgroupMounts, proc_root: str = "/proc") -> None:
+        self.mounts = mounts
+        self.proc_root = proc_root
+
+    def pause(self, job: JobProcesses) -> PauseRecord:
+        p = job.placement
+        if p is not None and p.v2 and self.mounts.v2 and job_dir(p.v2):
+            base = Path(self.mounts.v2 + job_dir(p.v2))
+            if (base / "cgroup.freeze").exists():
+                users = sorted(base.glob("step_*/user/cgroup.freeze"))
+                targets = [str(t) for t in users] or [str(base / "cgroup.freeze")]
+                if all(_write(t, "1") for t in targets):
+                    return PauseRecord(job.job_id, "cgroup-v2", targets)
+        if p is not None and "freezer" in p.v1 and "freezer" in self.mounts.v1:
+            d = job_dir(p.v1["freezer"])
+            target = f"{self.mounts.v1['freezer']}{d}/freezer.state" if d else ""
+            if d and _write(target, "FROZEN"):
+                return PauseRecord(job.job_id, "cgroup-v1", [target])
+        targets = []
+        for pid in job.pids:
+            st = read_proc_stat(pid, self.proc_root)
+            if st is None:
+                continue
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError as exc:
+                log.warning("SIGSTOP job %s pid %s failed: %s", job.job_id, pid, exc)
+                continue
+            targets.append(f"{pid}:{st.start_ticks}")
+        return PauseRecord(job.job_id, "sigstop", targets)
+
+    def resume(self, rec: PauseRecord) -> bool:
+        """Undo a pause; True when every target was resumed (or is gone)."""
+        ok = True
+        for t in rec.targets:
+            if rec.method == "cgroup-v2":
+                ok &= _write(t, "0") or not os.path.exists(t)
+            elif rec.method == "cgroup-v1":
+                ok &= _write(t, "THAWED") or not os.path.exists(t)
+            else:
+                pid_s, _, start_s = t.partition(":")
+                st = read_proc_stat(int(pid_s), self.proc_root)
+                if st is None or str(st.start_ticks) != start_s:
+                    continue  # exited, or the PID now belongs to someone else
+                try:
+                    os.kill(int(pid_s), signal.SIGCONT)
+                except OSError as exc:
+                    log.warning("SIGCONT job %s pid %s failed: %s", rec.job_id, pid_s, exc)
+                    ok = False
+        return ok
+
+
+def _write(path: str, value: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+        return True
+    except OSError as exc:
+        log.debug("cannot write %r to %s: %s", value, path, exc)
+        return False

@@ -1,0 +1,182 @@
+"""`slurm-ext-agent`: run the node agent, or show one sample."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+
+import click
+
+from nodeagent.agent import Agent
+from nodeagent.config import AgentConfig
+from nodeagent.energy import RaplReader
+from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
+from nodeagent.report import ReportSender, SecretFileError, read_secret
+from slurm_ext.config import ConfigError, load_config
+
+log = logging.getLogger("nodeagent")
+
+
+def _load(path: str | None) -> AgentConfig:
+    try:
+        return load_config(AgentConfig, path)
+    except ConfigError as exc:
+        click.echo(f"slurm-ext-agent: {exc}", err=True)
+        sys.exit(2)
+
+
+def make_gpu_reader(backend: str, config: AgentConfig) -> GpuReader | None:
+    """The configured backend; NVML being unavailable is reported, not fatal."""
+    if backend == "none":
+        return None
+    if backend == "simulated":
+        return SimulatedGpuReader(config.gpu.simulated_count)
+    try:
+        return NvmlGpuReader(config.gpu.util_window_s)
+    except GpuUnavailable as exc:
+        log.error("%s; continuing without GPU readings", exc)
+        return None
+
+
+@click.group()
+def main() -> None:
+    """Node agent: GPU/CPU utilisation and energy per job, Prometheus, co-location."""
+
+
+@main.command()
+@click.option("--config", "config_path", default="/etc/slurm-ext/agent.toml", show_default=True)
+@click.option("--once", is_flag=True, help="Take one sample, report, and exit.")
+@click.option("--interval", type=float, default=None, help="Seconds between samples.")
+def run(config_path: str, once: bool, interval: float | None) -> None:
+    """Run the agent until SIGTERM/SIGINT; paused jobs are resumed on the way out."""
+    config = _load(config_path)
+    if interval is not None:
+        if interval <= 0:
+            click.echo("slurm-ext-agent: --interval must be > 0", err=True)
+            sys.exit(2)
+        config.interval_s = interval
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    sender = None
+    if config.report.enabled:
+        try:
+            secret = read_secret(config.report.secret_file)
+        except SecretFileError as exc:
+            click.echo(f"slurm-ext-agent: {config_path}: report.secret_file: {exc}", err=True)
+            sys.exit(2)
+    agent = Agent(
+        config, make_gpu_reader(config.gpu.backend, config), RaplReader(config.energy.rapl_root)
+    )
+    if config.report.enabled:
+        sender = ReportSender(
+            config.report.service_url,
+            agent.node,
+            secret,
+            config.report.spool_dir,
+            config.report.spool_max_batches,
+            config.report.timeout_s,
+            backoff_base_s=config.interval_s,
+            backoff_max_s=config.report.backoff_max_s,
+        )
+        agent.sender = sender
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if config.exporter.enabled and not once:
+        server, _ = _serve(agent, config)
+        log.info("metrics on http://%s:%d/metrics", config.exporter.listen, server.server_port)
+    agent.run(stop, once=once)
+
+
+def _serve(agent: Agent, config: AgentConfig):
+    from nodeagent.exporter import serve  # noqa: PLC0415 - only when exporting
+
+    return serve(
+        agent, config.exporter.listen, config.exporter.port, config.exporter.jobstats_compat
+    )
+
+
+@main.command()
+@click.option("--config", "config_path", default=None, help="Agent TOML (defaults if absent).")
+@click.option(
+    "--backend", type=click.Choice(["nvml", "simulated", "none"]), default=None, help="GPU backend."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the sample as JSON.")
+@click.option(
+    "--wait", type=float, default=2.0, show_default=True, help="Seconds between the two samples."
+)
+def show(config_path: str | None, backend: str | None, as_json: bool, wait: float) -> None:
+    """Take two samples `--wait` apart and print everything seen: GPUs (every field NVML
+    gave and each per-call error), energy-counter growth against power, process -> job
+    mapping, per-job use. Nothing is paused, reported or persisted."""
+    config = _load(config_path)
+    config.colocation.enabled = False
+    config.state_file = ""  # never read or write the daemon's state
+    reader = None
+    backend = backend or config.gpu.backend
+    error = None
+    if backend == "nvml":
+        try:
+            reader = NvmlGpuReader(config.gpu.util_window_s)
+        except GpuUnavailable as exc:
+            error = str(exc)
+    elif backend == "simulated":
+        reader = SimulatedGpuReader(config.gpu.simulated_count)
+    logging.disable(logging.WARNING)
+    agent = Agent(config, reader, RaplReader(config.energy.rapl_root))
+    agent.step()
+    first = {g.uuid: (g.energy_mj, time.monotonic()) for g in agent.gpus}
+    time.sleep(wait)
+    agent.step()
+    doc = {
+        "node": agent.node,
+        "backend": backend,
+        "backend_error": error,
+        "describe": reader.describe() if reader is not None else None,
+        "gpus": [],
+        "jobs": {},
+        "rapl_available": agent.rapl.available if agent.rapl else False,
+        "errors": sorted(agent._warned) + sorted(agent.rapl.reported if agent.rapl else []),
+    }
+    for g in agent.gpus:
+        d = dataclasses.asdict(g)
+        e0, _ = first.get(g.uuid, (None, None))
+        if e0 is not None and g.energy_mj is not None:
+            d["energy_counter_growth_w"] = (g.energy_mj - e0) / 1000.0 / wait
+        d["label"] = g.label
+        doc["gpus"].append(d)
+    for job, acc in agent.accounts.items():
+        jp = agent.jobs.get(job)
+        doc["jobs"][str(job)] = {
+            "pids": jp.pids if jp else [],
+            "mapped_by": "environ" if jp and jp.from_environ else "cgroup",
+            "class": acc.klass,
+            "qos": acc.qos,
+            "partition": acc.partition,
+            "gpus": [u.gpu.uuid for u in agent.job_gpu if u.job_id == job],
+            "report": dataclasses.asdict(acc.report(agent.node, final=False)),
+        }
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, default=str))
+        return
+    click.echo(f"node {doc['node']} backend {backend}" + (f" ({error})" if error else ""))
+    for g in doc["gpus"]:
+        click.echo(
+            f"  gpu {g['label']} {g['uuid']} {g['name']} util={g['util']} "
+            f"mem={g['memory_used_bytes']}/{g['memory_total_bytes']} power={g['power_w']} W "
+            f"energy={g['energy_mj']} mJ procs={len(g['processes'])} errors={list(g['errors'])}"
+        )
+    for job, j in doc["jobs"].items():
+        click.echo(
+            f"  job {job} ({j['class']}, {j['mapped_by']}) pids={j['pids']} gpus={j['gpus']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

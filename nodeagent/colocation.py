@@ -1,0 +1,231 @@
+"""Co-location decisions (AntMan-style protection, optional EaCO admission). Pure: no I/O.
+
+Jobs sharing a GPU are guaranteed or opportunistic. The agent learns each guaranteed
+job's solo utilisation while no opportunistic job runs beside it; when the guaranteed
+job falls below `slow_fraction` of that level with an opportunistic job active, or the
+GPU's memory nears full, the opportunistic jobs on that GPU are paused. They resume when
+every guaranteed job on every GPU they share is idle or gone. Pausing needs a busy
+guaranteed job and resuming needs none, so the two never alternate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+GUARANTEED = "guaranteed"
+OPPORTUNISTIC = "opportunistic"
+
+
+@dataclass(frozen=True)
+class ClassRules:
+    """How a job's class follows from Slurm's QOS and partition (never the comment)."""
+
+    guaranteed_qos: tuple[str, ...] = ()
+    opportunistic_qos: tuple[str, ...] = ()
+    guaranteed_partitions: tuple[str, ...] = ()
+    opportunistic_partitions: tuple[str, ...] = ()
+    default: str = GUARANTEED
+
+
+def classify(qos: str | None, partition: str | None, rules: ClassRules) -> str:
+    """QOS decides first, then partition, then the default. A job in several partitions
+    (comma list) is opportunistic only if one of them is listed opportunistic."""
+    if qos and qos in rules.opportunistic_qos:
+        return OPPORTUNISTIC
+    if qos and qos in rules.guaranteed_qos:
+        return GUARANTEED
+    parts = [p for p in (partition or "").split(",") if p]
+    if any(p in rules.opportunistic_partitions for p in parts):
+        return OPPORTUNISTIC
+    if any(p in rules.guaranteed_partitions for p in parts):
+        return GUARANTEED
+    return rules.default
+
+
+@dataclass(frozen=True)
+class JobOnGpu:
+    job_id: int
+    klass: str
+    util: float | None  # the job's share of the GPU, 0..1; None when not measurable
+
+
+@dataclass(frozen=True)
+class GpuView:
+    gpu: str  # uuid
+    jobs: tuple[JobOnGpu, ...]
+    memory_used_frac: float | None = None
+    power_w: float | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    slow_fraction: float = 0.7  # guaranteed below this share of its solo level = slowed
+    memory_high: float = 0.95  # GPU memory fraction that counts as nearly full
+    idle_util: float = 0.05  # guaranteed job below this = idle: opportunistic may resume
+    min_solo_util: float = 0.10  # solo levels below this are too small to judge slowdown
+    solo_alpha: float = 0.3  # EMA weight of a new solo sample
+    eaco: EacoModel | None = None  # energy-aware admission, off by default
+
+
+@dataclass(frozen=True)
+class EacoModel:
+    """Inputs of the energy-aware admission test that the agent cannot measure itself."""
+
+    gpu_idle_w: float = 70.0
+    gpu_max_w: float = 700.0
+    opportunistic_power_w: float = 250.0  # predicted busy power of a newcomer alone
+    predicted_slowdown: float = 0.05  # fractional runtime increase when co-located
+    max_slowdown: float = 0.10
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "pause" or "resume"
+    job_id: int
+    gpu: str
+    reason: str
+    code: str = ""  # metric label: memory, slowdown, eaco, idle, gone
+
+
+@dataclass
+class CoState:
+    """What the decision remembers between samples (kept in the agent's state file)."""
+
+    solo_util: dict[int, float] = field(default_factory=dict)
+    solo_power: dict[int, float] = field(default_factory=dict)
+    paused: set[int] = field(default_factory=set)
+    admitted: set[int] = field(default_factory=set)  # EaCO verdicts already given
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+def eaco_admit(
+    p_guaranteed_w: float, t_guaranteed_s: float, t_opportunistic_s: float, model: EacoModel
+) -> tuple[bool, float, str]:
+    """Admit co-location when the predicted energy saving exceeds the predicted slowdown
+    and the slowdown is within the bound. Returns (admit, saving fraction, reason).
+
+    Separate: each job on its own GPU, E = Pa*Ta + Pb*Tb. Together: both slowed by s until
+    the shorter finishes, drawing idle + both dynamic parts (capped at max power); then the
+    longer runs its remainder alone. The saving is mostly one GPU's idle power."""
+    s = model.predicted_slowdown
+    pa, pb, idle = p_guaranteed_w, model.opportunistic_power_w, model.gpu_idle_w
+    ta, tb = t_guaranteed_s, t_opportunistic_s
+    separate = pa * ta + pb * tb
+    together_w = min(model.gpu_max_w, pa + pb - idle)
+    shorter, longer = min(ta, tb), max(ta, tb)
+    p_longer = pa if ta >= tb else pb
+    together = together_w * shorter * (1 + s) + p_longer * (longer - shorter)
+    saving = (separate - together) / separate if separate > 0 else 0.0
+    if s > model.max_slowdown:
+        return False, saving, f"slowdown {s:.3f} above bound {model.max_slowdown:.3f}"
+    if saving <= s:
+        return False, saving, f"energy saving {saving:.3f} does not outweigh slowdown {s:.3f}"
+    return True, saving, f"energy saving {saving:.3f} outweighs slowdown {s:.3f}"
+
+
+def decide(gpus: Iterable[GpuView], state: CoState, policy: Policy) -> list[Action]:
+    """One decision pass; updates `state` (solo levels, paused set) and returns actions."""
+    gpus = list(gpus)
+    to_pause: dict[int, Action] = {}
+    blocked: set[int] = set()  # opportunistic jobs that may not resume this pass
+    present: set[int] = set()
+    for g in gpus:
+        guaranteed = [j for j in g.jobs if j.klass == GUARANTEED]
+        opportunistic = [j for j in g.jobs if j.klass == OPPORTUNISTIC]
+        present.update(j.job_id for j in g.jobs)
+        active_opp = [j for j in opportunistic if j.job_id not in state.paused]
+        if not active_opp:
+            for j in guaranteed:  # alone on the GPU: learn its solo level
+                if j.util is not None:
+                    old = state.solo_util.get(j.job_id)
+                    a = policy.solo_alpha
+                    state.solo_util[j.job_id] = (
+                        j.util if old is None else (1 - a) * old + a * j.util
+                    )
+                if g.power_w is not None and len(guaranteed) == 1:
+                    state.solo_power[j.job_id] = g.power_w
+        if not guaranteed or not opportunistic:
+            continue
+        busy = [j for j in guaranteed if j.util is None or j.util >= policy.idle_util]
+        if busy:
+            blocked.update(j.job_id for j in opportunistic)
+        code, reason = _pressure(g, busy, active_opp, state, policy)
+        if reason:
+            for j in active_opp:
+                to_pause.setdefault(j.job_id, Action("pause", j.job_id, g.gpu, reason, code))
+        if policy.eaco is not None:
+            _eaco(g, guaranteed, active_opp, busy, state, policy.eaco, to_pause)
+    actions = list(to_pause.values())
+    state.paused.update(to_pause)
+    for job in sorted(state.paused - set(to_pause)):
+        if job not in present:
+            actions.append(Action("resume", job, "", "job left all GPUs", "gone"))
+        elif job not in blocked:
+            actions.append(Action("resume", job, "", "guaranteed jobs idle or gone", "idle"))
+    for a in actions:
+        if a.kind == "resume":
+            state.paused.discard(a.job_id)
+    return actions
+
+
+def _pressure(
+    g: GpuView,
+    busy: list[JobOnGpu],
+    active_opp: list[JobOnGpu],
+    state: CoState,
+    policy: Policy,
+) -> tuple[str, str]:
+    """Why the busy guaranteed jobs on `g` need protecting, or "". An idle guaranteed job
+    (below idle_util) is not 'slowed': that keeps pause and resume from alternating."""
+    if not active_opp or not busy:
+        return "", ""
+    if g.memory_used_frac is not None and g.memory_used_frac >= policy.memory_high:
+        return "memory", f"GPU memory {g.memory_used_frac:.0%} >= {policy.memory_high:.0%}"
+    for j in busy:
+        solo = state.solo_util.get(j.job_id)
+        if j.util is None or solo is None or solo < policy.min_solo_util:
+            continue
+        if j.util < policy.slow_fraction * solo:
+            return "slowdown", (
+                f"job {j.job_id} at {j.util:.2f} utilisation, below "
+                f"{policy.slow_fraction:.2f} x solo {solo:.2f}"
+            )
+    return "", ""
+
+
+def _eaco(
+    g: GpuView,
+    guaranteed: list[JobOnGpu],
+    active_opp: list[JobOnGpu],
+    busy: list[JobOnGpu],
+    state: CoState,
+    model: EacoModel,
+    to_pause: dict[int, Action],
+) -> None:
+    """Give each newcomer one verdict; a refused one stays paused while guaranteed work runs."""
+    if not busy:
+        return
+    p_g = max((state.solo_power.get(j.job_id, 0.0) for j in guaranteed), default=0.0)
+    p_g = p_g or model.gpu_max_w
+    for j in active_opp:
+        if j.job_id in state.admitted:
+            continue
+        if j.job_id not in state.refused:
+            ok, _, why = eaco_admit(p_g, 3600.0, 3600.0, model)
+            if ok:
+                state.admitted.add(j.job_id)
+                continue
+            state.refused[j.job_id] = why
+        to_pause.setdefault(
+            j.job_id, Action("pause", j.job_id, g.gpu, "eaco: " + state.refused[j.job_id], "eaco")
+        )
+
+
+def forget(state: CoState, live_jobs: Mapping[int, object] | set[int]) -> None:
+    """Drop memory of jobs that have left the node."""
+    live = set(live_jobs)
+    for d in (state.solo_util, state.solo_power, state.refused):
+        for job in [j for j in d if j not in live]:
+            del d[job]
+    state.admitted &= live

@@ -1,0 +1,105 @@
+"""The agent's TOML configuration (etc/agent.toml), validated by slurm_ext.config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slurm_ext.config import choices
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def _fraction(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be within 0..1, got {value}")
+
+
+@dataclass
+class GpuConfig:
+    backend: str = choices("nvml", "simulated", "none", default="nvml")
+    simulated_count: int = 8  # only for backend = "simulated"
+    util_window_s: float = 10.0  # first per-process utilisation query looks this far back
+
+
+@dataclass
+class EnergyConfig:
+    rapl_root: str = "/sys/class/powercap"
+
+
+@dataclass
+class ExporterConfig:
+    enabled: bool = True
+    listen: str = "0.0.0.0"
+    port: int = 9817
+    jobstats_compat: bool = True  # also export nvidia_gpu_* names used by jobstats dashboards
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+
+
+@dataclass
+class ReportConfig:
+    enabled: bool = False
+    service_url: str = ""  # e.g. http://slurm-head:8642 ; reports go to <url>/v1/reports
+    secret_file: str = "/etc/slurm-ext/report.secret"
+    interval_s: float = 60.0
+    timeout_s: float = 10.0
+    spool_dir: str = "/var/spool/slurm-ext-agent"
+    spool_max_batches: int = 1000
+    backoff_max_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _positive("interval_s", self.interval_s)
+        _positive("timeout_s", self.timeout_s)
+        if self.enabled and not self.service_url.startswith(("http://", "https://")):
+            raise ValueError("service_url must be an http(s) URL when reports are enabled")
+
+
+@dataclass
+class EacoConfig:
+    enabled: bool = False
+    gpu_idle_w: float = 70.0
+    gpu_max_w: float = 700.0
+    opportunistic_power_w: float = 250.0
+    predicted_slowdown: float = 0.05
+    max_slowdown: float = 0.10
+
+
+@dataclass
+class ColocationConfig:
+    enabled: bool = True
+    guaranteed_qos: list[str] = field(default_factory=list)
+    opportunistic_qos: list[str] = field(default_factory=lambda: ["opportunistic", "scavenger"])
+    guaranteed_partitions: list[str] = field(default_factory=list)
+    opportunistic_partitions: list[str] = field(default_factory=list)
+    default_class: str = choices("guaranteed", "opportunistic", default="guaranteed")
+    slow_fraction: float = 0.7
+    memory_high: float = 0.95
+    idle_util: float = 0.05
+    min_solo_util: float = 0.10
+    eaco: EacoConfig = field(default_factory=EacoConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("slow_fraction", "memory_high", "idle_util", "min_solo_util"):
+            _fraction(name, getattr(self, name))
+
+
+@dataclass
+class AgentConfig:
+    node_name: str = ""  # default: the short host name
+    interval_s: float = 5.0
+    state_file: str = "/var/lib/slurm-ext-agent/state.json"  # "" keeps no state
+    proc_root: str = "/proc"
+    log_level: str = choices("DEBUG", "INFO", "WARNING", "ERROR", default="INFO")
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    exporter: ExporterConfig = field(default_factory=ExporterConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    colocation: ColocationConfig = field(default_factory=ColocationConfig)
+
+    def __post_init__(self) -> None:
+        _positive("interval_s", self.interval_s)
