@@ -56,9 +56,9 @@ KillWait=2
 MessageTimeout=5
 InactiveLimit=0
 MpiDefault=none
+MailProg=/bin/true
 JobRequeue=1
 DefMemPerCPU=1000
-AccountingStorageTRES=gres/gpu
 {job_submit}
 {extra}
 NodeName=DEFAULT CPUs={cpus} RealMemory={memory_mb} Gres=gpu:{gpus} State=UNKNOWN
@@ -308,7 +308,7 @@ class LocalCluster:
             for name, proc in self._procs.items():
                 if proc.poll() is not None:
                     raise ClusterError(
-                        f"{name} exited with {proc.returncode} during start-up; see {self.root}/log/"
+                        f"{name} exited with {proc.returncode} during start-up:\n{self._log_tail(name)}"
                     )
             res = subprocess.run(
                 ["sinfo", "-h", "-N", "-o", "%N %t"],
@@ -324,6 +324,12 @@ class LocalCluster:
                 return
             time.sleep(0.3)
         raise ClusterError(f"nodes not idle after {timeout:.0f}s: {last.strip()}; see {self.root}/log/")
+
+    def _log_tail(self, name: str, lines: int = 8) -> str:
+        assert self.root is not None
+        path = self.root / "log" / f"{name}.stdout"
+        text = path.read_text(errors="replace") if path.exists() else "(no output)"
+        return "\n".join(text.splitlines()[-lines:])
 
     def _wait_no_jobs(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
