@@ -218,7 +218,7 @@ def job_slurm_env(pids: Iterable[int], proc_root: str = "/proc") -> dict[str, st
     slurmstepd sets SLURM_JOB_QOS / SLURM_JOB_PARTITION when it execs the task; a user can
     start children with a changed environment but cannot change the exec-time environment
     of the first task, so the earliest process is the one trusted."""
-    best: tuple[int, dict[str, str]] | None = None
+    best: tuple[tuple[int, int], dict[str, str]] | None = None
     for pid in pids:
         st = read_proc_stat(pid, proc_root)
         env_raw = _read(f"{proc_root}/{pid}/environ")
@@ -227,8 +227,8 @@ def job_slurm_env(pids: Iterable[int], proc_root: str = "/proc") -> dict[str, st
         env = parse_environ(env_raw)
         if "SLURM_JOB_ID" not in env:
             continue
-        if best is None or st.start_ticks < best[0]:
-            best = (st.start_ticks, {k: v for k, v in env.items() if k.startswith("SLURM_")})
+        if best is None or (st.start_ticks, pid) < best[0]:
+            best = ((st.start_ticks, pid), {k: v for k, v in env.items() if k.startswith("SLURM_")})
     return best[1] if best else {}
 
 

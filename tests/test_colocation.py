@@ -1,0 +1,137 @@
+"""Co-location decisions and the EaCO admission test on hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeagent.colocation import (
+    GUARANTEED as G,
+)
+from nodeagent.colocation import (
+    OPPORTUNISTIC as O,
+)
+from nodeagent.colocation import (
+    ClassRules,
+    CoState,
+    EacoModel,
+    GpuView,
+    JobOnGpu,
+    Policy,
+    classify,
+    decide,
+    eaco_admit,
+    forget,
+)
+
+
+def test_classify_qos_then_partition_then_default():
+    rules = ClassRules(("high",), ("scavenger",), ("gpu",), ("spot",), default=G)
+    assert classify("scavenger", "gpu", rules) == O  # QOS decides first
+    assert classify("high", "spot", rules) == G
+    assert classify("normal", "spot", rules) == O
+    assert classify("normal", "gpu,spot", rules) == O
+    assert classify("normal", "gpu", rules) == G
+    assert classify(None, None, ClassRules(default=O)) == O
+
+
+def view(*jobs, mem=0.5, power=300.0, gpu="g0"):
+    return GpuView(gpu, tuple(JobOnGpu(j, k, u) for j, k, u in jobs), mem, power)
+
+
+def test_learns_solo_level_then_pauses_when_slowed_and_resumes_when_idle():
+    st, pol = CoState(), Policy(slow_fraction=0.7, solo_alpha=0.5)
+    assert decide([view((1, G, 0.8))], st, pol) == []
+    assert decide([view((1, G, 0.6))], st, pol) == []
+    assert st.solo_util[1] == pytest.approx(0.7)  # 0.8 then EMA 0.5*0.8+0.5*0.6
+    # opportunistic job 2 arrives; 1 at 0.5 >= 0.7*0.7=0.49: not slowed
+    assert decide([view((1, G, 0.5), (2, O, 0.3))], st, pol) == []
+    acts = decide([view((1, G, 0.45), (2, O, 0.4))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "slowdown")]
+    assert st.paused == {2}
+    assert st.solo_util[1] == pytest.approx(0.7)  # not learnt while co-located
+    # 1 busy again at its solo level: 2 stays paused, 1 relearns its solo level
+    assert decide([view((1, G, 0.7), (2, O, 0.0))], st, pol) == []
+    # 1 idles: 2 resumes
+    acts = decide([view((1, G, 0.01), (2, O, 0.0))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("resume", 2, "idle")]
+    assert st.paused == set()
+    # idle guaranteed with opportunistic running is not "slowed": no flapping
+    assert decide([view((1, G, 0.02), (2, O, 0.9))], st, pol) == []
+
+
+def test_memory_pressure_pauses_only_with_busy_guaranteed():
+    st, pol = CoState(), Policy(memory_high=0.95)
+    acts = decide([view((1, G, 0.5), (2, O, 0.5), (3, O, 0.1), mem=0.96)], st, pol)
+    assert sorted((a.kind, a.job_id, a.code) for a in acts) == [
+        ("pause", 2, "memory"),
+        ("pause", 3, "memory"),
+    ]
+    st2 = CoState()
+    assert decide([view((1, G, 0.0), (2, O, 0.5), mem=0.99)], st2, pol) == []
+
+
+def test_unknown_util_counts_as_busy_and_no_solo_means_no_slowdown_verdict():
+    st, pol = CoState(), Policy()
+    assert decide([view((1, G, None), (2, O, 0.5))], st, pol) == []
+    st.paused.add(2)
+    assert decide([view((1, G, None), (2, O, 0.0))], st, pol) == []  # stays paused
+    assert st.paused == {2}
+
+
+def test_job_on_two_gpus_resumes_only_when_both_allow():
+    st, pol = CoState(paused={5}), Policy()
+    g0 = view((1, G, 0.0), (5, O, 0.0), gpu="g0")
+    g1 = view((3, G, 0.6), (5, O, 0.0), gpu="g1")
+    assert decide([g0, g1], st, pol) == []
+    acts = decide([g0, view((3, G, 0.01), (5, O, 0.0), gpu="g1")], st, pol)
+    assert [(a.kind, a.job_id) for a in acts] == [("resume", 5)]
+
+
+def test_paused_job_that_left_is_resumed_and_forgotten():
+    st = CoState(paused={7}, solo_util={1: 0.5, 9: 0.4})
+    acts = decide([view((1, G, 0.6))], st, Policy())
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("resume", 7, "gone")]
+    forget(st, {1})
+    assert st.solo_util == {1: pytest.approx(0.53)}
+
+
+def test_eaco_admit_hand_computed():
+    m = EacoModel(
+        gpu_idle_w=100,
+        gpu_max_w=700,
+        opportunistic_power_w=250,
+        predicted_slowdown=0.05,
+        max_slowdown=0.1,
+    )
+    # separate: 300*3600 + 250*3600 = 1,980,000 J
+    # together: (300+250-100)=450 W for 3600*1.05 s = 1,701,000 J -> saving 0.1409
+    ok, saving, _ = eaco_admit(300, 3600, 3600, m)
+    assert ok and saving == pytest.approx(279_000 / 1_980_000)
+    # unequal lengths: 300 W x 7200 s + 250 W x 3600 s = 3,060,000 J separate;
+    # together 450 W x 3780 s + 300 W x 3600 s = 2,781,000 J -> saving 0.0912 > 0.05
+    ok, saving, _ = eaco_admit(300, 7200, 3600, m)
+    assert ok and saving == pytest.approx(279_000 / 3_060_000)
+    # near-peak guaranteed job: combined power capped at 700 W; 700x3780=2,646,000 vs
+    # 650x3600+250x3600=3,240,000 -> saving 0.183, admitted
+    assert eaco_admit(650, 3600, 3600, m)[0]
+    # slowdown beyond the bound is refused whatever the saving
+    ok, _, why = eaco_admit(300, 3600, 3600, EacoModel(100, 700, 250, 0.2, 0.1))
+    assert not ok and "above bound" in why
+    # small saving: idle 20 W -> 530 W together x 3780 = 2,003,400 > 1,980,000: no saving
+    ok, saving, why = eaco_admit(300, 3600, 3600, EacoModel(20, 700, 250, 0.05, 0.1))
+    assert not ok and saving < 0 and "does not outweigh" in why
+
+
+def test_eaco_mode_keeps_refused_newcomer_paused_while_guaranteed_busy():
+    refuse = EacoModel(gpu_idle_w=20, predicted_slowdown=0.05, max_slowdown=0.1)
+    st, pol = CoState(), Policy(eaco=refuse)
+    decide([view((1, G, 0.6), power=300.0)], st, pol)  # learns solo power 300 W
+    acts = decide([view((1, G, 0.6), (2, O, 0.2))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "eaco")]
+    acts = decide([view((1, G, 0.0), (2, O, 0.0))], st, pol)
+    assert [(a.kind, a.job_id) for a in acts] == [("resume", 2)]
+    admit = Policy(eaco=EacoModel(gpu_idle_w=100))
+    st2 = CoState()
+    decide([view((1, G, 0.6), power=300.0)], st2, admit)
+    assert decide([view((1, G, 0.6), (2, O, 0.2))], st2, admit) == []
+    assert st2.admitted == {2}
