@@ -16,7 +16,9 @@ from slurm_ext import __version__
 def main(verbose: int) -> None:
     """GPU-aware scheduling extensions for Slurm."""
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 # Commands are registered below, one line per part of the suite.

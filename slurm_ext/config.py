@@ -116,7 +116,9 @@ def _coerce(tp: Any, value: Any, path: Any, key: str, f: dataclasses.Field | Non
             raise ConfigError(path, key, f"expected a string, got {_kind(value)}")
     allowed = f.metadata.get("choices") if f is not None else None
     if allowed and value not in allowed:
-        raise ConfigError(path, key, f"must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise ConfigError(
+            path, key, f"must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+        )
     return value
 
 

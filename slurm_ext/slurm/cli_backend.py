@@ -110,12 +110,16 @@ class CliSlurmClient:
         try:
             data = json.loads(out)
         except json.JSONDecodeError as exc:
-            raise SlurmError(cmd, f"malformed JSON from Slurm: {exc} (first bytes: {out[:80]!r})") from exc
+            raise SlurmError(
+                cmd, f"malformed JSON from Slurm: {exc} (first bytes: {out[:80]!r})"
+            ) from exc
         if not isinstance(data, dict) or not isinstance(data.get(key), list):
             raise SlurmError(cmd, f"JSON has no '{key}' list (keys: {sorted(data)[:10]})")
         errors = [e for e in data.get("errors") or [] if e]
         if errors and not data[key]:
-            raise SlurmError(cmd, f"Slurm reported errors: {errors}")
+            # e.g. squeue --json exits 0 with "Failed while looking for jobs" when the
+            # controller is unreachable: treat as unavailable so callers back off.
+            raise SlurmUnavailable(cmd, f"Slurm reported errors: {errors}")
         return data[key]
 
     def _update(self, job_id: int, **fields: str | int) -> None:
@@ -131,7 +135,9 @@ class CliSlurmClient:
             try:
                 job = job_from_squeue(rec)
             except (KeyError, TypeError, ValueError) as exc:
-                raise SlurmError("squeue --json", f"unreadable job record {rec.get('job_id')!r}: {exc}") from exc
+                raise SlurmError(
+                    "squeue --json", f"unreadable job record {rec.get('job_id')!r}: {exc}"
+                ) from exc
             if job.state.value in wanted:
                 jobs.append(job)
         return jobs
@@ -143,7 +149,9 @@ class CliSlurmClient:
             try:
                 node = node_from_sinfo(rec)
             except (KeyError, TypeError, ValueError) as exc:
-                raise SlurmError("sinfo --json", f"unreadable node record {rec.get('name')!r}: {exc}") from exc
+                raise SlurmError(
+                    "sinfo --json", f"unreadable node record {rec.get('name')!r}: {exc}"
+                ) from exc
             out.setdefault(node.name, node)  # sinfo repeats a node once per partition
         return list(out.values())
 

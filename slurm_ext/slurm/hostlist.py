@@ -65,7 +65,9 @@ def compress_hostlist(names: Iterable[str]) -> str:
         runs, start = [], nums[0]
         for a, b in zip(nums, nums[1:] + [None]):
             if b != a + 1:
-                runs.append(f"{start:0{width}d}" if start == a else f"{start:0{width}d}-{a:0{width}d}")
+                runs.append(
+                    f"{start:0{width}d}" if start == a else f"{start:0{width}d}-{a:0{width}d}"
+                )
                 start = b
         out.append(f"{prefix}{runs[0]}" if len(nums) == 1 else f"{prefix}[{','.join(runs)}]")
     return ",".join(out)

@@ -323,7 +323,9 @@ class LocalCluster:
             if res.returncode == 0 and all(states.get(n) == "idle" for n in self.node_names):
                 return
             time.sleep(0.3)
-        raise ClusterError(f"nodes not idle after {timeout:.0f}s: {last.strip()}; see {self.root}/log/")
+        raise ClusterError(
+            f"nodes not idle after {timeout:.0f}s: {last.strip()}; see {self.root}/log/"
+        )
 
     def _log_tail(self, name: str, lines: int = 8) -> str:
         assert self.root is not None

@@ -1,0 +1,321 @@
+"""Contract tests: the CLI backend against a real slurmctld, plus its parsing edge cases."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from slurm_ext.model import JobState
+from slurm_ext.slurm.cli_backend import CliSlurmClient, job_from_squeue, node_from_sinfo
+from slurm_ext.slurm.client import JobNotFound, SlurmClient, SlurmError, SlurmUnavailable
+from slurm_ext.slurm.gres import job_gpus, parse_gpus
+from slurm_ext.slurm.hostlist import compress_hostlist, expand_hostlist
+from slurm_ext.testing.cluster import LocalCluster
+
+# ---- parsing (no cluster) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("gres:gpu:4", (4, None)),
+        ("gres/gpu:a100=2", (2, "a100")),
+        ("gres/gpu=8", (8, None)),
+        ("gpu:tesla:2(IDX:0-1)", (2, "tesla")),
+        ("gpu:a100:4(S:0-1)", (4, "a100")),
+        ("gres:gpu:a100:2,gres:shard:1", (2, "a100")),
+        ("cpu=4,mem=8G,gres/gpu=2", (2, None)),
+        ("cpu=4,gres/gpu=2,gres/gpu:a100=2", (2, "a100")),
+        ("gpu:a100:2,gpu:v100:1", (3, "a100")),
+        ("gpu:2(IDX:0,2)", (2, None)),
+        ("gpu", (1, None)),
+        ("gres:shard:2", (0, None)),
+        ("", (0, None)),
+        (None, (0, None)),
+        ("(null)", (0, None)),
+    ],
+)
+def test_parse_gpus_every_spelling(spec, expected):
+    assert parse_gpus(spec) == expected
+
+
+def test_parse_gpus_rejects_garbage_naming_it():
+    with pytest.raises(ValueError, match="gpu:x:y:z"):
+        parse_gpus("gpu:x:y:z")
+
+
+def test_job_gpus_prefers_allocation_then_job_then_node_then_task():
+    assert job_gpus("gres:gpu:3", "gres:gpu:4", None, 2, 1) == (3, 4, None)
+    assert job_gpus(None, "gres:gpu:4", None, 2, 1) == (8, 4, None)
+    assert job_gpus(None, None, "gres:gpu:1", 1, 6) == (6, 0, None)
+    assert job_gpus(None, "gres:gpu:4", None, 2, 1, "cpu=2,gres/gpu=8") == (8, 4, None)
+
+
+def test_hostlist_round_trip():
+    names = expand_hostlist("node[1-3,7],gpu[01-02],login")
+    assert names == ["node1", "node2", "node3", "node7", "gpu01", "gpu02", "login"]
+    assert sorted(expand_hostlist(compress_hostlist(names))) == sorted(names)
+    with pytest.raises(ValueError, match="bad range"):
+        expand_hostlist("node[1-x]")
+
+
+def test_squeue_v0039_shapes_are_read():
+    """Slurm >= 23.02 wraps numbers in {set, infinite, number} and states in lists."""
+    rec = {
+        "job_id": 42,
+        "name": "train",
+        "user_name": "alice",
+        "partition": "gpu",
+        "job_state": ["PENDING"],
+        "state_reason": "Priority",
+        "priority": {"set": True, "infinite": False, "number": 1234},
+        "submit_time": {"set": True, "infinite": False, "number": 1700000000},
+        "start_time": {"set": True, "infinite": False, "number": 0},
+        "time_limit": {"set": True, "infinite": False, "number": 60},
+        "node_count": {"set": True, "infinite": False, "number": 2},
+        "cpus": {"set": True, "infinite": False, "number": 8},
+        "tres_per_node": "gres/gpu:a100=4",
+        "comment": "model=vgg16",
+        "requeue": True,
+    }
+    job = job_from_squeue(rec)
+    assert (job.job_id, job.state, job.priority, job.gpus, job.gpus_per_node) == (
+        42,
+        JobState.PENDING,
+        1234,
+        8,
+        4,
+    )
+    assert job.gpu_type == "a100" and job.time_limit_s == 3600 and job.num_nodes == 2
+    assert job.start_time is None and job.submit_time == 1700000000
+    node = node_from_sinfo(
+        {
+            "name": "n1",
+            "state": ["MIXED", "DRAIN"],
+            "cpus": 64,
+            "gres": "gpu:h100:8(S:0-1)",
+            "gres_used": "gpu:h100:3(IDX:0-2)",
+        }
+    )
+    assert (node.gpus, node.gpus_alloc, node.gpu_type, node.schedulable) == (8, 3, "h100", False)
+
+
+def _fake_slurm_bin(tmp_path: Path, name: str, body: str) -> str:
+    exe = tmp_path / name
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(0o755)
+    return str(tmp_path)
+
+
+def test_malformed_json_is_a_clear_error(tmp_path):
+    client = CliSlurmClient(bin_dir=_fake_slurm_bin(tmp_path, "squeue", "echo '{not json'"))
+    with pytest.raises(SlurmError, match="squeue --json: malformed JSON"):
+        client.jobs()
+
+
+def test_unexpected_record_is_a_clear_error(tmp_path):
+    body = 'echo \'{"jobs": [{"job_state": "RUNNING"}]}\''
+    client = CliSlurmClient(bin_dir=_fake_slurm_bin(tmp_path, "squeue", body))
+    with pytest.raises(SlurmError, match="unreadable job record"):
+        client.jobs()
+
+
+def test_slow_slurm_times_out_bounded(tmp_path):
+    client = CliSlurmClient(bin_dir=_fake_slurm_bin(tmp_path, "sinfo", "sleep 30"), timeout=1)
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable, match="no answer within 1s"):
+        client.nodes()
+    assert time.monotonic() - t0 < 5
+
+
+# ---- live cluster ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(clean_queue: LocalCluster) -> CliSlurmClient:
+    return CliSlurmClient(slurm_conf=str(clean_queue.conf_path), timeout=20)
+
+
+def _job(client: CliSlurmClient, job_id: int):
+    return next((j for j in client.jobs() if j.job_id == job_id), None)
+
+
+@pytest.mark.slurm
+def test_client_satisfies_protocol(client):
+    assert isinstance(client, SlurmClient)
+
+
+@pytest.mark.slurm
+def test_nodes_read_back(client):
+    nodes = {n.name: n for n in client.nodes()}
+    assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
+    assert all(n.gpus == 4 and n.cpus == 16 and n.schedulable for n in nodes.values())
+    assert all("gpu" in n.partitions for n in nodes.values())
+
+
+@pytest.mark.slurm
+def test_submitted_jobs_read_back(clean_queue, client):
+    c = clean_queue
+    a = c.sbatch("--gres=gpu:2", "-c", "4", "--comment=model=resnet50", "-J", "alpha")
+    b = c.sbatch("-N", "2", "--gres=gpu:4", "-J", "beta")
+    big = c.sbatch("--gpus=64", "-J", "toobig", "--hold")  # can never run; stays pending
+    wait_for(lambda: (j := _job(client, a)) and j.running, what="job a running")
+    wait_for(lambda: (j := _job(client, b)) and j.running, what="job b running")
+    ja, jb, jbig = _job(client, a), _job(client, b), _job(client, big)
+    assert (ja.name, ja.gpus, ja.gpus_per_node, ja.cpus, ja.comment) == (
+        "alpha",
+        2,
+        2,
+        4,
+        "model=resnet50",
+    )
+    assert ja.partition == "gpu" and ja.user == "root" and len(ja.nodes) == 1
+    assert ja.start_time and ja.submit_time and ja.start_time >= ja.submit_time
+    assert (jb.gpus, jb.num_nodes, len(jb.nodes)) == (8, 2, 2)
+    assert jbig.pending and jbig.held and jbig.gpus == 64
+    used = {n.name: n.gpus_alloc for n in client.nodes()}
+    assert sum(used.values()) == 10
+
+
+@pytest.mark.slurm
+def test_priority_changes_the_start_order(clean_queue, client):
+    """Pending whole-cluster jobs start one at a time in the priority order we set."""
+    c = clean_queue
+    blocker = c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    wait_for(lambda: (j := _job(client, blocker)) and j.running, what="blocker running")
+    waiting = [c.sbatch("-N", "4", "--gres=gpu:4", "-J", f"w{i}") for i in range(3)]
+    # reverse FIFO: last submitted first
+    for rank, job_id in enumerate(reversed(waiting)):
+        client.set_priority(job_id, 1000 - rank * 100)
+    prios = {j.job_id: j.priority for j in client.jobs() if j.job_id in waiting}
+    assert prios == {waiting[2]: 1000, waiting[1]: 900, waiting[0]: 800}
+    started = []
+    current = blocker
+    for _ in range(3):
+        c.run("scancel", str(current))
+        current = wait_for(
+            lambda: next(
+                (
+                    j.job_id
+                    for j in client.jobs()
+                    if j.running and j.job_id in waiting and j.job_id not in started
+                ),
+                None,
+            ),
+            timeout=30,
+            what="next job to start",
+        )
+        started.append(current)
+    assert started == list(reversed(waiting))
+
+
+@pytest.mark.slurm
+def test_site_factor_and_nice_are_written(clean_queue, client):
+    c = clean_queue
+    c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    job_id = c.sbatch("--gres=gpu:1", "-J", "sf")  # pending on resources, eligible
+    client.set_site_factor(job_id, 5000)
+    client.set_nice(job_id, 100)
+    out = c.run("scontrol", "show", "job", str(job_id))
+    assert "Nice=100" in out
+    sprio = c.run("sprio", "-h", "-j", str(job_id), "-o", "%i %S")
+    assert sprio.split() == [str(job_id), "5000"]
+    # every multifactor weight is 0 in the harness, so priority = site factor - nice
+    assert _job(client, job_id).priority == 5000 - 100
+
+
+@pytest.mark.slurm
+def test_hold_and_release(clean_queue, client):
+    c = clean_queue
+    job_id = c.sbatch("--gres=gpu:1", "--begin=now+3600", "-J", "h")
+    client.hold(job_id)
+    j = _job(client, job_id)
+    assert j.held and j.priority == 0
+    client.release(job_id)
+    j = _job(client, job_id)
+    assert not j.held and j.priority > 0
+
+
+@pytest.mark.slurm
+def test_required_nodes_steer_the_job(clean_queue, client):
+    c = clean_queue
+    job_id = c.sbatch("--gres=gpu:1", "--hold", "-J", "pin")
+    client.set_placement(job_id, required_nodes=["node3"], num_nodes=1)
+    assert _job(client, job_id).required_nodes == ("node3",)
+    client.release(job_id)
+    j = wait_for(lambda: (j := _job(client, job_id)) and j.running and j, what="pinned job running")
+    assert j.nodes == ("node3",)
+    other = c.sbatch("--gres=gpu:1", "--hold", "-J", "excl")
+    client.set_placement(other, excluded_nodes=["node1", "node2", "node3"])
+    client.release(other)
+    j = wait_for(
+        lambda: (j := _job(client, other)) and j.running and j, what="excluded job running"
+    )
+    assert j.nodes == ("node4",)
+
+
+@pytest.mark.slurm
+def test_suspend_resume_requeue(clean_queue, client):
+    c = clean_queue
+    job_id = c.sbatch("--gres=gpu:1", "-J", "s")
+    wait_for(lambda: (j := _job(client, job_id)) and j.running, what="job running")
+    client.suspend(job_id)
+    assert _job(client, job_id).state == JobState.SUSPENDED
+    client.resume(job_id)
+    assert _job(client, job_id).state == JobState.RUNNING
+    client.requeue(job_id)
+    out = wait_for(
+        lambda: (o := c.run("scontrol", "show", "job", str(job_id))) and "Restarts=1" in o and o,
+        what="requeued job",
+    )
+    assert "Restarts=1" in out
+
+
+@pytest.mark.slurm
+def test_unknown_job_is_job_not_found(client):
+    with pytest.raises(JobNotFound, match="scontrol update JobId=9999999"):
+        client.set_priority(9999999, 10)
+    with pytest.raises(JobNotFound):
+        client.hold(9999999)
+
+
+@pytest.mark.slurm
+def test_controller_down_raises_unavailable_quickly(tmp_path):
+    with LocalCluster(nodes=1, gpus_per_node=1, root=tmp_path / "c") as c:
+        client = CliSlurmClient(slurm_conf=str(c.conf_path), timeout=20)
+        assert len(client.nodes()) == 1
+        c.stop_slurmctld()
+        t0 = time.monotonic()
+        with pytest.raises(SlurmUnavailable) as info:
+            client.jobs()
+        elapsed = time.monotonic() - t0
+        assert "squeue --json" in str(info.value)
+        assert elapsed < 25, elapsed
+        c.start_slurmctld()
+        wait_for(lambda: _safe_nodes(client), timeout=30, what="controller back")
+
+
+def _safe_nodes(client):
+    try:
+        return client.nodes()
+    except SlurmError:
+        return None
+
+
+def test_recorded_squeue_22_05_record_maps():
+    """A record captured from Debian 12's squeue --json (22.05.8)."""
+    path = Path(__file__).parent / "data" / "squeue_22.05_running_2node.json"
+    rec = json.loads(path.read_text())
+    job = job_from_squeue(rec)
+    assert (job.job_id, job.state, job.gpus, job.gpus_per_node, job.num_nodes) == (
+        2,
+        JobState.RUNNING,
+        8,
+        4,
+        2,
+    )
+    assert job.nodes == ("node2", "node3") and job.requeue
