@@ -1,0 +1,187 @@
+"""`slurm-ext predict ...`: build the decision table, explain a row, dry-run the hook."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from slurm_ext.config import ConfigError, load_config
+from slurm_ext.predict.cpu import ANY_GPU, PredictorFile, decide_cpus, default_decision
+from slurm_ext.predict.elastic import ElasticJob, allocate_elastic
+from slurm_ext.predict.rewrite import HookConfig, JobRequest, plan_rewrite
+from slurm_ext.predict.samples import SampleError, load_samples
+from slurm_ext.predict.table import TableError, evidence_path, load_table, write_table
+
+
+def _config(path: str | None) -> PredictorFile:
+    try:
+        return load_config(PredictorFile, path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def load_elastic(path: str) -> tuple[list[ElasticJob], dict[int, str]]:
+    """Elastic workloads from JSON: [{"key", "min_gpus", "max_gpus", "throughput": [...]}, ...]."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise click.ClickException(f"{path}: cannot read elastic workloads: {exc}") from exc
+    if not isinstance(data, list):
+        raise click.ClickException(f"{path}: expected a JSON list of workloads")
+    jobs, keys = [], {}
+    for i, rec in enumerate(data):
+        try:
+            jobs.append(
+                ElasticJob(
+                    i,
+                    int(rec["min_gpus"]),
+                    int(rec["max_gpus"]),
+                    tuple(float(t) for t in rec["throughput"]),
+                )
+            )
+            keys[i] = str(rec["key"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise click.ClickException(f"{path}: workload [{i}]: {exc}") from exc
+    return jobs, keys
+
+
+@click.group()
+def predict() -> None:
+    """CPU-per-GPU and elastic-GPU predictions, and the submit hook's table."""
+
+
+@predict.command()
+@click.option(
+    "--samples",
+    "samples_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CpuSample JSON lines.",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Table to write (atomically).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="predictor.toml (defaults if absent).",
+)
+@click.option(
+    "--elastic",
+    "elastic_path",
+    type=click.Path(dir_okay=False),
+    help="Elastic workloads JSON (with --free-gpus).",
+)
+@click.option(
+    "--free-gpus", type=click.IntRange(min=0), default=0, help="GPUs free for elastic jobs now."
+)
+def build(
+    samples_path: str, out: str, config_path: str | None, elastic_path: str | None, free_gpus: int
+) -> None:
+    """Fit every workload's cores-per-GPU curve and write the table + evidence JSON."""
+    cfg = _config(config_path).predictor
+    try:
+        samples = load_samples(samples_path)
+    except SampleError as exc:
+        raise click.ClickException(str(exc)) from exc
+    decisions = decide_cpus(samples, cfg)
+    gpus: dict[str, int] = {}
+    if elastic_path:
+        jobs, keys = load_elastic(elastic_path)
+        for job_id, n in allocate_elastic(jobs, free_gpus).items():
+            gpus[keys[job_id]] = max(gpus.get(keys[job_id], 0), n)
+        known = {d.key for d in decisions}
+        for key in sorted(set(gpus) - known):  # elastic advice for a key without CPU samples
+            decisions.append(default_decision(key, ANY_GPU, cfg))
+    try:
+        write_table(out, decisions, gpus)
+    except (TableError, OSError) as exc:
+        raise click.ClickException(f"{out}: {exc}") from exc
+    fitted = sum(d.source == "fit" for d in decisions)
+    click.echo(
+        f"wrote {len(decisions)} rows ({fitted} fitted) from {len(samples)} samples to {out}"
+    )
+
+
+@predict.command()
+@click.argument("key")
+@click.option("--table", "table_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False))
+def show(key: str, table_path: str, config_path: str | None) -> None:
+    """The decision for KEY (all GPU types) with its samples and fit."""
+    table = load_table(table_path)
+    if not table.valid:
+        raise click.ClickException(
+            f"{table_path}: table ignored by the hook: {'; '.join(table.problems)}"
+        )
+    rows = [r for r in table.rows.values() if r.key == key]
+    if not rows:
+        d = default_decision(key, ANY_GPU, _config(config_path).predictor)
+        click.echo(
+            f"{key}: not in the table: the hook leaves its jobs unchanged "
+            f"(site default {d.cpus_per_gpu} cores/GPU applies via Slurm's DefCpuPerGPU)"
+        )
+        return
+    try:
+        evidence = json.loads(evidence_path(table_path).read_text()).get(key, {})
+    except (OSError, json.JSONDecodeError, AttributeError):
+        evidence = {}
+    for row in sorted(rows, key=lambda r: (r.gpu_type != ANY_GPU, r.gpu_type)):
+        click.echo(
+            f"{key} gpu_type={row.gpu_type}: {row.cpus_per_gpu} cores/GPU"
+            + (f", elastic GPUs {row.gpus}" if row.gpus else "")
+        )
+        ev = evidence.get(row.gpu_type)
+        if not ev:
+            click.echo("  (no evidence recorded)")
+            continue
+        click.echo(f"  source: {ev['source']}: {ev['reason']}")
+        if ev.get("fit"):
+            f = ev["fit"]
+            click.echo(
+                f"  fit: {f['model']} plateau={f['plateau']:.3f} shape={f['shape']:.2f} rmse={f['rmse']:.4f} n={f['n']}"
+            )
+        if ev.get("samples"):
+            pts = ", ".join(f"{c:g}:{u:.2f}" for c, u in ev["samples"])
+            click.echo(f"  samples (cores/GPU:util): {pts}")
+
+
+@predict.command()
+@click.option("--table", "table_path", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--dry-run", is_flag=True, required=True, help="Only print the rewrite (the sole mode)."
+)
+@click.option("--respect-explicit-cpus/--override-explicit-cpus", default=True)
+@click.option("--max-cpus-per-gpu", type=click.IntRange(0, 1024), default=0)
+def apply(
+    table_path: str, dry_run: bool, respect_explicit_cpus: bool, max_cpus_per_gpu: int
+) -> None:
+    """Read a job (JSON, job_desc field names) on stdin; print what the hook would change."""
+    try:
+        job = JobRequest.from_json(json.loads(sys.stdin.read()))
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise click.ClickException(f"stdin: {exc}") from exc
+    rw = plan_rewrite(
+        job, load_table(table_path), HookConfig(respect_explicit_cpus, max_cpus_per_gpu)
+    )
+    click.echo(
+        json.dumps({"changes": rw.changes, "note": rw.note, "reason": rw.reason}, sort_keys=True)
+    )
+
+
+@predict.command()
+@click.option("--workloads", "path", required=True, type=click.Path(dir_okay=False))
+@click.option("--free-gpus", type=click.IntRange(min=0), required=True)
+def elastic(path: str, free_gpus: int) -> None:
+    """Split FREE_GPUS among elastic workloads by the DP allocator; print GPUs per key."""
+    jobs, keys = load_elastic(path)
+    for job_id, n in allocate_elastic(jobs, free_gpus).items():
+        click.echo(f"{keys[job_id]}\t{n}")
