@@ -130,9 +130,11 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
         reader = SimulatedGpuReader(config.gpu.simulated_count)
     logging.disable(logging.WARNING)
     agent = Agent(config, reader, RaplReader(config.energy.rapl_root))
+    t_first = time.monotonic()
     agent.step()
-    first = {g.uuid: (g.energy_mj, time.monotonic()) for g in agent.gpus}
+    first = {g.uuid: g.energy_mj for g in agent.gpus}
     time.sleep(wait)
+    elapsed = time.monotonic() - t_first  # the second read comes as early in its step
     agent.step()
     doc = {
         "node": agent.node,
@@ -146,9 +148,9 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
     }
     for g in agent.gpus:
         d = dataclasses.asdict(g)
-        e0, _ = first.get(g.uuid, (None, None))
+        e0 = first.get(g.uuid)
         if e0 is not None and g.energy_mj is not None:
-            d["energy_counter_growth_w"] = (g.energy_mj - e0) / 1000.0 / wait
+            d["energy_counter_growth_w"] = (g.energy_mj - e0) / 1000.0 / elapsed
         d["label"] = g.label
         doc["gpus"].append(d)
     for job, acc in agent.accounts.items():

@@ -1,0 +1,58 @@
+"""The slurm-ext-agent command: config errors exit 2 naming the key; run --once; show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+AGENT = [sys.executable, "-m", "nodeagent.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_bad_config_exits_2_naming_file_and_key(tmp_path):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('interval_s = "5"\n')
+    r = run("run", "--config", str(cfg), "--once")
+    assert r.returncode == 2 and f"{cfg}: interval_s: expected a number" in r.stderr
+    cfg.write_text('[colocation]\ndefault_class = "vip"\n')
+    r = run("run", "--config", str(cfg), "--once")
+    assert r.returncode == 2 and "colocation.default_class: must be one of" in r.stderr
+
+
+def test_unsafe_secret_file_refused(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("abc")
+    secret.chmod(0o644)
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'state_file = "{tmp_path}/s.json"\n[report]\nenabled = true\n'
+        f'service_url = "http://127.0.0.1:9"\nsecret_file = "{secret}"\n'
+    )
+    r = run("run", "--config", str(cfg), "--once")
+    assert r.returncode == 2 and "group/other" in r.stderr
+
+
+def test_run_once_simulated_writes_state(tmp_path):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'state_file = "{tmp_path}/s.json"\n[gpu]\nbackend = "simulated"\nsimulated_count = 2\n'
+        f'[energy]\nrapl_root = "{tmp_path}/none"\n[exporter]\nenabled = false\n'
+    )
+    r = run("run", "--config", str(cfg), "--once")
+    assert r.returncode == 0, r.stderr
+    state = json.loads((tmp_path / "s.json").read_text())
+    assert set(state["gpu_energy_total"]) == {"GPU-sim-0000", "GPU-sim-0001"}
+
+
+def test_show_json_lists_gpus_and_nvml_state():
+    r = run("show", "--backend", "simulated", "--json", "--wait", "0.2")
+    doc = json.loads(r.stdout)
+    assert len(doc["gpus"]) == 8
+    assert abs(doc["gpus"][0]["energy_counter_growth_w"] - 70.0) < 7.0
+    r = run("show", "--backend", "nvml", "--json", "--wait", "0.1")
+    doc = json.loads(r.stdout)
+    assert doc["backend_error"] is None or doc["backend_error"].startswith("NVML unavailable")

@@ -1,0 +1,211 @@
+"""The whole agent loop end to end: simulated GPUs carrying real processes in real
+Slurm-like cgroups; attribution, pausing, resuming, shutdown, recovery, reports, metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from prometheus_client import generate_latest
+from test_agent_report import SECRET, _Service
+
+from nodeagent.agent import Agent
+from nodeagent.cgroups import read_mounts
+from nodeagent.config import AgentConfig
+from nodeagent.energy import RaplReader
+from nodeagent.exporter import make_registry
+from nodeagent.gpu import SimulatedGpuReader
+from nodeagent.report import ReportSender
+from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during
+
+GIB = 2**30
+MOUNTS = read_mounts()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def cg():
+    if "freezer" not in MOUNTS.v1 and MOUNTS.v2 is None:
+        pytest.skip("no cgroup freezer of either version on this kernel")
+    c = (
+        SlurmLikeCgroups(1, MOUNTS.v1["freezer"])
+        if "freezer" in MOUNTS.v1
+        else SlurmLikeCgroups(2, MOUNTS.v2)
+    )
+    yield c
+    c.close()
+
+
+def make_agent(tmp_path, clock, sim, rapl_dir=None, sender=None) -> Agent:
+    cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
+    cfg.colocation.opportunistic_qos = ["scavenger"]
+    cfg.colocation.slow_fraction = 0.7
+    rapl = RaplReader(rapl_dir) if rapl_dir else None
+    return Agent(cfg, sim, rapl, sender=sender, clock=clock, wall=clock)
+
+
+def test_attribution_pause_resume_end_to_end(tmp_path, cg):
+    clock = Clock()
+    sim = SimulatedGpuReader(2, clock=clock)
+    rapl = tmp_path / "rapl" / "intel-rapl:0"
+    rapl.mkdir(parents=True)
+    (rapl / "max_energy_range_uj").write_text("262143328850\n")
+    (rapl / "energy_uj").write_text("1000000\n")
+    g_pid = cg.start(501, env={"SLURM_JOB_QOS": "normal"})
+    o_pid = cg.start(502, BUSY, env={"SLURM_JOB_QOS": "scavenger"})
+    sim.set_gpu(0, power_w=400.0, util=0.8)
+    sim.assign(g_pid, 0, 10 * GIB, 0.8)
+    agent = make_agent(tmp_path, clock, sim, rapl.parent)
+    assert agent.step() == []
+    assert agent.accounts[501].klass == "guaranteed"
+    assert agent.accounts[502].klass == "opportunistic", agent.accounts[502]
+
+    # the opportunistic job joins GPU 0 and the guaranteed one drops to half its solo level
+    clock.t += 5
+    sim.assign(o_pid, 0, 5 * GIB, 0.2)
+    sim.assign(g_pid, 0, 10 * GIB, 0.4)
+    (rapl / "energy_uj").write_text("51000000\n")  # +50 J of CPU package energy
+    time.sleep(0.3)  # real CPU time for the busy job to be charged for
+    actions = agent.step()
+    assert [(a.kind, a.job_id, a.code) for a in actions] == [("pause", 502, "slowdown")]
+    # 400 W x 5 s = 2000 J on GPU 0, split 0.4 : 0.2 by GPU time
+    assert agent.accounts[501].gpu_energy_j == pytest.approx(2000 * 2 / 3)
+    assert agent.accounts[502].gpu_energy_j == pytest.approx(2000 / 3)
+    assert agent.gpu_energy_total[sim.uuid(1)] == pytest.approx(70.0 * 5)  # idle GPU 1
+    cpu_j = agent.accounts[501].cpu_energy_j + agent.accounts[502].cpu_energy_j
+    assert 0 < cpu_j <= 50.0 + 1e-9 and agent.accounts[502].cpu_energy_j > 0
+    cpu_used_during([o_pid], 0.1)
+    assert cpu_used_during([o_pid], 0.4) < 0.02  # really stopped
+
+    # guaranteed busy again: the opportunistic job stays paused, frozen on the GPU
+    clock.t += 5
+    sim.assign(o_pid, 0, 5 * GIB, 0.0)
+    sim.assign(g_pid, 0, 10 * GIB, 0.8)
+    assert agent.step() == []
+    assert 502 in agent.paused
+
+    # guaranteed idles: resumed, and it runs again
+    clock.t += 5
+    sim.assign(g_pid, 0, 10 * GIB, 0.0)
+    actions = agent.step()
+    assert [(a.kind, a.job_id, a.code) for a in actions] == [("resume", 502, "idle")]
+    assert cpu_used_during([o_pid], 0.3) > 0.1
+
+    acc = agent.accounts[501]
+    assert acc.gpu_seconds == pytest.approx(15.0)
+    assert acc.util_peak == pytest.approx(0.8)
+    assert acc.util_weighted / acc.util_seconds == pytest.approx((0.4 + 0.8 + 0.0) / 3)
+    assert acc.mem_peak_bytes == 10 * GIB
+    assert acc.gpu_uuids == [sim.uuid(0)]
+
+    text = generate_latest(make_registry(agent)).decode()
+    assert 'slurm_ext_job_gpu_energy_joules_total{jobid="501"}' in text
+    assert 'slurm_ext_colocation_actions_total{action="pause",reason="slowdown"} 1.0' in text
+    assert (
+        'slurm_ext_gpu_power_watts{gpu="0",modelName="Simulated H100",uuid="GPU-sim-0000"} 400.0'
+        in text
+    )
+    assert (
+        'nvidia_gpu_jobId{minor_number="0",name="Simulated H100",uuid="GPU-sim-0000"} 501.0' in text
+    )
+
+
+def _paused_agent(tmp_path, cg, clock, sim):
+    g_pid = cg.start(601)
+    o_pid = cg.start(602, BUSY, env={"SLURM_JOB_QOS": "scavenger"})
+    sim.assign(g_pid, 0, GIB, 0.9)
+    agent = make_agent(tmp_path, clock, sim)
+    agent.step()
+    clock.t += 5
+    sim.assign(o_pid, 0, GIB, 0.5)
+    sim.assign(g_pid, 0, GIB, 0.3)
+    assert [a.kind for a in agent.step()] == ["pause"]
+    cpu_used_during([o_pid], 0.1)
+    assert cpu_used_during([o_pid], 0.3) < 0.02
+    return agent, o_pid
+
+
+def test_shutdown_resumes_paused_jobs(tmp_path, cg):
+    import threading
+
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    agent, o_pid = _paused_agent(tmp_path, cg, clock, sim)
+    stop = threading.Event()
+    stop.set()
+    agent.run(stop)  # stop already set: no sample, straight to the shutdown path
+    assert agent.paused == {}
+    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert json.loads((tmp_path / "state.json").read_text())["paused"] == []
+
+
+def test_restart_recovers_paused_jobs_and_keeps_counters(tmp_path, cg):
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    sim.set_gpu(0, power_w=300.0)
+    agent, o_pid = _paused_agent(tmp_path, cg, clock, sim)
+    before = agent.accounts[601].gpu_energy_j
+    assert before > 0
+    del agent  # a crash: no shutdown path ran
+    again = make_agent(tmp_path, clock, sim)  # start-up recovery
+    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert again.paused == {}
+    assert again.action_counts[("resume", "recovery")] == 1
+    assert again.accounts[601].gpu_energy_j == pytest.approx(before)
+    clock.t += 5
+    again.step()
+    clock.t += 5
+    again.step()
+    assert again.accounts[601].gpu_energy_j > before  # monotonic across the restart
+
+
+def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
+    service = _Service()
+    try:
+        clock = Clock()
+        sim = SimulatedGpuReader(1, clock=clock)
+        sim.set_gpu(0, power_w=200.0)
+        sender = ReportSender(service.url, "gpu01", SECRET, tmp_path / "spool", timeout=5)
+        agent = make_agent(tmp_path, clock, sim, sender=sender)
+        pid = cg.start(701)
+        sim.assign(pid, 0, 3 * GIB, 0.5)
+        agent.step()
+        assert [(r.job_id, r.final) for r in service.received] == [(701, False)]
+        clock.t += 10
+        agent.step()  # within the report interval: nothing sent
+        assert len(service.received) == 1
+        proc = cg.procs[-1]
+        proc.kill()
+        proc.wait()
+        clock.t += 10
+        agent.step()
+        final = service.received[-1]
+        assert (final.job_id, final.final, final.node) == (701, True, "gpu01")
+        assert final.gpu_seconds == pytest.approx(10.0)
+        assert final.gpu_util_mean == pytest.approx(0.5)
+        assert final.gpu_mem_peak_bytes == 3 * GIB
+        assert final.gpu_type == "Simulated H100"
+        assert 701 not in agent.accounts
+    finally:
+        service.close()
+
+
+def test_gpu_lost_and_missing_energy_counter_do_not_stop_the_agent(tmp_path):
+    clock = Clock()
+    sim = SimulatedGpuReader(2, clock=clock)
+    sim.set_gpu(0, failed=True)
+    sim.set_gpu(1, energy_counter=False, power_w=100.0)
+    agent = make_agent(tmp_path, clock, sim)
+    agent.step()
+    clock.t += 4
+    agent.step()
+    assert agent.gpu_energy_total[sim.uuid(1)] == pytest.approx(400.0)  # integrated power
+    assert agent.error_counts["gpu"] >= 2
