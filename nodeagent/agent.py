@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent import colocation as co
@@ -34,6 +34,7 @@ from nodeagent.report import JobReport, ReportSender
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
+STATE_SAVE_S = 30.0
 
 
 @dataclass
@@ -153,6 +154,7 @@ class Agent:
         self.jobs: dict[int, JobProcesses] = {}
         self._last_t: float | None = None
         self._last_report = -1e18
+        self._last_save = -1e18
         self._prev_cpu: dict[tuple[int, int], float] | None = None
         self._prev_node_busy: float | None = None
         self._warned: set[str] = set()
@@ -200,7 +202,9 @@ class Agent:
         doc = {
             "version": STATE_VERSION,
             "saved_at": self.wall(),
-            "accounts": [asdict(a) for a in self.accounts.values()],
+            "accounts": [
+                dict(vars(a), gpu_uuids=list(a.gpu_uuids)) for a in self.accounts.values()
+            ],
             "gpu_energy_total": self.gpu_energy_total,
             "cpu_energy_total": self.cpu_energy_total,
             "solo_util": {str(k): v for k, v in self.co_state.solo_util.items()},
@@ -262,7 +266,11 @@ class Agent:
             self.gpus, self.job_gpu, self.jobs = gpus, uses, jobs
             self.samples_total += 1
         self._report(now, finals)
-        self.save_state()
+        # Pauses and ended jobs are saved at once (recovery depends on them); running
+        # totals at most every STATE_SAVE_S, which is what a crash can lose.
+        if actions or finals or now - self._last_save >= STATE_SAVE_S:
+            self._last_save = now
+            self.save_state()
         self.last_duration_s = time.process_time() - t0
         return actions
 

@@ -164,6 +164,9 @@ class JobProcesses:
     from_environ: bool = False
 
 
+_PLACEMENTS: dict[bytes, CgroupPlacement] = {}
+
+
 def scan_jobs(proc_root: str = "/proc", extra_pids: Iterable[int] = ()) -> dict[int, JobProcesses]:
     """Map every process in a Slurm job cgroup to its job; `extra_pids` (GPU processes)
     not in any job cgroup are mapped by SLURM_JOB_ID from their environment instead."""
@@ -180,7 +183,11 @@ def scan_jobs(proc_root: str = "/proc", extra_pids: Iterable[int] = ()) -> dict[
         raw = _read(f"{proc_root}/{pid}/cgroup")
         if raw is None or b"job_" not in raw:
             continue
-        placement = parse_proc_cgroup(raw.decode(errors="replace"))
+        placement = _PLACEMENTS.get(raw)
+        if placement is None:  # the processes of one step share one text: parse it once
+            if len(_PLACEMENTS) > 4096:
+                _PLACEMENTS.clear()
+            placement = _PLACEMENTS[raw] = parse_proc_cgroup(raw.decode(errors="replace"))
         if placement.job_id is None:
             continue
         _add(jobs, placement.job_id, pid, proc_root, placement, False)

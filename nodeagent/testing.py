@@ -36,8 +36,14 @@ class SlurmLikeCgroups:
             return self.mount / self.top / "uid_0" / f"job_{job_id}" / "step_0"
         return self.mount / self.top / f"job_{job_id}" / "step_0" / "user"
 
-    def start(self, job_id: int, code: str = SLEEP, env: dict[str, str] | None = None) -> int:
-        """Start a Python child in job `job_id`'s step cgroup; return its PID."""
+    def start(
+        self,
+        job_id: int,
+        code: str = SLEEP,
+        env: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+    ) -> int:
+        """Start a child (Python running `code`, or `argv`) in job `job_id`'s step cgroup."""
         d = self.step_dir(job_id)
         if not d.exists():
             d.mkdir(parents=True)  # raises loudly when cgroups cannot be created
@@ -45,7 +51,7 @@ class SlurmLikeCgroups:
         full_env = dict(os.environ)
         full_env.update({"SLURM_JOB_ID": str(job_id)})
         full_env.update(env or {})
-        p = subprocess.Popen([sys.executable, "-c", code], env=full_env)
+        p = subprocess.Popen(argv or [sys.executable, "-c", code], env=full_env)
         self.procs.append(p)
         (d / "cgroup.procs").write_text(str(p.pid))
         return p.pid
