@@ -1,0 +1,193 @@
+"""`slurm-ext simulate` and `slurm-ext trace synth`: thin shells over slurm_ext.sim."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from slurm_ext.config import ConfigError, load_config
+from slurm_ext.policy import POLICIES, PolicyConfig
+from slurm_ext.sim.engine import SimConfig
+from slurm_ext.sim.report import plot_cdf, table
+from slurm_ext.sim.run import simulate as run_one
+from slurm_ext.sim.synth import synth_jobs, write_tiresias_csv
+from slurm_ext.sim.traces import FORMATS, TraceError, read_trace
+
+
+def _progress():
+    last = [0.0]
+
+    def report(done: int, total: int, now: float) -> None:
+        t = time.monotonic()
+        if t - last[0] >= 2.0:
+            last[0] = t
+            click.echo(f"  {done}/{total} jobs done, simulated t={now / 3600:.1f} h", err=True)
+
+    return report
+
+
+def _read_history(path: str) -> list[float]:
+    with open(path, newline="") as fh:
+        rows = csv.DictReader(fh)
+        col = "duration" if "duration" in (rows.fieldnames or []) else (rows.fieldnames or [""])[0]
+        return [float(r[col]) for r in rows if r.get(col)]
+
+
+@click.command()
+@click.option(
+    "--trace",
+    "trace_path",
+    required=True,
+    type=click.Path(exists=True),
+    help="Trace file (PAI: the job table or its directory).",
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tiresias", show_default=True)
+@click.option("--skip-bad", is_flag=True, help="Skip and count bad rows instead of stopping.")
+@click.option("--nodes", type=int, default=8, show_default=True)
+@click.option("--gpus-per-node", type=int, default=8, show_default=True)
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default=None,
+    help="Overrides the config file.  [default: gittins]",
+)
+@click.option(
+    "--config", "config_path", type=click.Path(), default=None, help="TOML with PolicyConfig keys."
+)
+@click.option("--preemptive/--no-preemptive", default=True, show_default=True)
+@click.option(
+    "--backfill/--no-backfill",
+    default=True,
+    show_default=True,
+    help="Let lower-ranked jobs start past a blocked one.",
+)
+@click.option(
+    "--placement",
+    type=click.Choice(("consolidate", "spread", "profile")),
+    default="consolidate",
+    show_default=True,
+)
+@click.option(
+    "--restart-overhead",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds a preempted job loses on restart.",
+)
+@click.option(
+    "--history",
+    "history_path",
+    type=click.Path(exists=True),
+    default=None,
+    help="CSV of completed jobs' GPU-seconds to seed the Gittins distribution.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--compare", default=None, help="Comma-separated policies to compare (FIFO added for ratios)."
+)
+@click.option("--plot", type=click.Path(), default=None, help="Write a JCT CDF PNG.")
+def simulate(
+    trace_path,
+    fmt,
+    skip_bad,
+    nodes,
+    gpus_per_node,
+    policy,
+    config_path,
+    preemptive,
+    backfill,
+    placement,
+    restart_overhead,
+    history_path,
+    as_json,
+    compare,
+    plot,
+):  # noqa: E501
+    """Replay a trace through one policy (or several) on a simulated cluster."""
+    try:
+        cfg = load_config(PolicyConfig, config_path)
+        trace = read_trace(trace_path, fmt, skip_bad=skip_bad)
+    except (ConfigError, TraceError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if policy:
+        cfg = replace(cfg, policy=policy)
+    if not trace.jobs:
+        raise click.ClickException(f"{trace_path}: no usable jobs")
+    if trace.skipped:
+        click.echo(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}", err=True)
+    cluster = SimConfig(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        preemptive=preemptive,
+        backfill=backfill,
+        placement=placement,
+        restart_overhead_s=restart_overhead,
+        history=_read_history(history_path) if history_path else [],
+    )
+    names = [p.strip() for p in compare.split(",") if p.strip()] if compare else [cfg.policy]
+    bad = [p for p in names if p not in POLICIES]
+    if bad:
+        raise click.ClickException(
+            f"unknown policies {', '.join(bad)} (choose from {', '.join(POLICIES)})"
+        )
+    if compare and "fifo" not in names:
+        names.insert(0, "fifo")
+    progress = _progress() if len(trace.jobs) >= 5000 else None
+    rows, runs = [], {}
+    for name in names:
+        try:
+            row, jobs = run_one(trace.jobs, replace(cfg, policy=name), cluster, progress)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        row["skipped_rows"] = trace.skipped
+        rows.append(row)
+        runs[name] = jobs
+    by = {r["policy"]: r for r in rows}
+    for r in rows:
+        for ref in ("fifo", "srtf"):
+            if ref in by and by[ref]["avg_jct_s"] > 0:
+                r[f"vs_{ref}"] = r["avg_jct_s"] / by[ref]["avg_jct_s"]
+    if plot:
+        plot_cdf(runs, plot)
+    if as_json:
+        click.echo(json.dumps(rows[0] if not compare else {"compare": rows}, indent=2))
+    elif compare:
+        click.echo(table(rows))
+    else:
+        for k, v in rows[0].items():
+            click.echo(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
+
+
+@click.group()
+def trace() -> None:
+    """Work with workload traces."""
+
+
+@trace.command()
+@click.option("--jobs", "n", type=int, default=1000, show_default=True)
+@click.option(
+    "--gpus", type=int, default=64, show_default=True, help="Cluster GPUs the load refers to."
+)
+@click.option(
+    "--load",
+    type=float,
+    default=1.05,
+    show_default=True,
+    help="Offered load (GPU demand / capacity).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", type=click.Path(), default="-", show_default=True)
+def synth(n, gpus, load, seed, output):
+    """Write a seeded heavy-tailed Philly-like trace (Tiresias CSV format)."""
+    jobs = synth_jobs(n, gpus, load, seed)
+    if output == "-":
+        write_tiresias_csv(jobs, sys.stdout)
+    else:
+        write_tiresias_csv(jobs, Path(output))
+        click.echo(f"wrote {len(jobs)} jobs to {output}", err=True)

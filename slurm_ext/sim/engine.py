@@ -1,0 +1,366 @@
+"""Event-driven cluster simulator that schedules with the policy core.
+
+Events (a heap): arrivals, completions, and wake-ups when a job's priority key changes on
+its own (queue threshold or Gittins grid crossed, protection over, starvation promotion),
+as `policy.key_change_after` says. After each batch of same-time events one pass walks
+the pending jobs best key first: a job starts if `choose_gpus` finds it room; otherwise,
+when preemptive, the worst-ranked running jobs below it are preempted until it fits
+(victims it does not need are left running). A job that can neither fit nor preempt is
+skipped for this pass (smaller, lower-ranked jobs may still start).
+
+Keys live in incremental structures, the very keys `policy.priority_key` computes: one
+heap of pending jobs per (GPU count, must-consolidate) bucket and one heap of running
+jobs, worst on top. `order()` reads them back so a test can check them against
+`policy.rank` on the same state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from slurm_ext.model import JobView
+from slurm_ext.policy import (
+    FreeIndex,
+    GittinsTable,
+    PolicyConfig,
+    build_table,
+    choose_gpus,
+    key_change_after,
+    network_sensitive,
+    priority_key,
+    spread_slowdown,
+)
+from slurm_ext.policy.placement import consolidate_for, min_nodes
+from slurm_ext.sim.traces import TraceJob
+
+FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
+EPS = 1e-6
+
+
+@dataclass
+class SimConfig:
+    """The simulated cluster and its mechanics.
+
+    restart_overhead_s: wall time a preempted job loses when it restarts (checkpoint
+        reload, warm-up); counted as GPU time held, not as progress.
+    history_refresh: rebuild the Gittins table after this many completions at most
+        (sooner while the history is small: every 25% growth).
+    history: GPU-seconds of jobs completed before the trace starts (e.g. a YARN sample).
+    backfill: when the best pending job can neither start nor preempt, let lower-ranked
+        jobs that fit start anyway (first fit, no reservation). False models Slurm's
+        sched/builtin: strict priority order, the blocked job holds everyone behind it.
+    """
+
+    nodes: int = 8
+    gpus_per_node: int = 8
+    preemptive: bool = True
+    placement: str = "consolidate"
+    restart_overhead_s: float = 30.0
+    history_refresh: int = 1000
+    history: list[float] = field(default_factory=list)
+    backfill: bool = True
+
+
+class SimJob:
+    __slots__ = (
+        "id", "gpus", "submit", "duration", "model", "user", "partition", "must_consolidate",
+        "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
+        "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
+        "preemptions", "first_start",
+    )  # fmt: skip
+
+    def __init__(self, t: TraceJob, must_consolidate: bool) -> None:
+        self.id, self.gpus, self.submit, self.duration = (
+            t.job_id,
+            t.gpus,
+            t.submit_time,
+            t.duration_s,
+        )
+        self.model, self.user, self.partition = t.model_tag, t.user, t.partition
+        self.must_consolidate = must_consolidate
+        self.progress = 0.0  # work seconds done (at full speed)
+        self.attained = 0.0  # GPU-seconds held, before the current stint
+        self.executed = 0.0  # wall seconds held, before the current stint
+        self.running = False
+        self.start = 0.0
+        self.last_run = 0.0
+        self.waiting_since = t.submit_time
+        self.alloc: list[tuple[str, int]] = []
+        self.slowdown = 1.0
+        self.overhead = 0.0
+        self.key: tuple = ()
+        self.key_ver = 0
+        self.run_ver = 0
+        self.finish: float | None = None
+        self.stints = 0
+        self.preemptions = 0
+        self.first_start: float | None = None
+
+    def view(self, now: float) -> JobView:
+        ran = now - self.start if self.running else 0.0
+        return JobView(
+            job_id=self.id,
+            gpus=self.gpus,
+            submit_time=self.submit,
+            attained_gpu_s=self.attained + self.gpus * ran,
+            executed_s=self.executed + ran,
+            running=self.running,
+            last_run_s=ran if self.running else self.last_run,
+            waiting_since=None if self.running else self.waiting_since,
+            user=self.user,
+            partition=self.partition,
+            model_tag=self.model,
+            true_duration_s=self.duration,
+        )
+
+
+class Simulator:
+    def __init__(
+        self,
+        trace: Iterable[TraceJob],
+        policy: PolicyConfig,
+        cluster: SimConfig,
+        on_pass: Callable[[Simulator, float], None] | None = None,
+        progress: Callable[[int, int, float], None] | None = None,
+    ) -> None:
+        self.cfg, self.cl = policy, cluster
+        self.on_pass, self.progress = on_pass, progress
+        self.jobs = [SimJob(t, self._must_consolidate(t)) for t in trace]
+        self.idx = FreeIndex(cluster.gpus_per_node)
+        for i in range(cluster.nodes):
+            self.idx.set(f"n{i}", cluster.gpus_per_node)
+        self.total_gpus = cluster.nodes * cluster.gpus_per_node
+        self.events: list[tuple[float, int, int, int, SimJob]] = []
+        self.seq = 0
+        self.pending: dict[tuple[int, bool], list] = {}
+        self.running: list = []  # (negated key, key_ver, seq, job): worst on top
+        self.history: deque[float] = deque(cluster.history, maxlen=policy.history_window)
+        self.since_refresh = 0
+        self.table: GittinsTable | None = None
+        if policy.policy == "gittins" and self.history:
+            self.table = build_table(list(self.history), policy)
+        self.dynamic = policy.policy == "srtf"  # running keys change continuously
+        self.preemptions = 0
+        self.done = 0
+        for j in self.jobs:
+            if j.gpus > self.total_gpus:
+                raise ValueError(
+                    f"job {j.id} needs {j.gpus} GPUs, the cluster has {self.total_gpus}"
+                )
+            self._push_event(j.submit, ARRIVE, j, 0)
+
+    def _must_consolidate(self, t: TraceJob) -> bool:
+        return consolidate_for(self.cl.placement, network_sensitive(t.model_tag))
+
+    # ---- events -------------------------------------------------------------------
+    def _push_event(self, when: float, kind: int, job: SimJob, ver: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (when, kind, self.seq, ver, job))
+
+    def run(self) -> list[SimJob]:
+        events = self.events
+        n = len(self.jobs)
+        passes = 0
+        while events:
+            now = events[0][0]
+            need_pass = False
+            while events and events[0][0] == now:
+                _, kind, _, ver, job = heapq.heappop(events)
+                if kind == ARRIVE:
+                    self._rekey(job, now)
+                    need_pass = True
+                elif kind == FINISH:
+                    if job.running and ver == job.run_ver:
+                        self._complete(job, now)
+                        need_pass = True
+                elif ver == job.key_ver and job.finish is None:  # WAKE
+                    self._rekey(job, now)
+                    # a running job whose key changed matters only if a pending job
+                    # now outranks it (a preemption may follow)
+                    need_pass = need_pass or not job.running or self._outranked(job.key)
+            if need_pass or self.dynamic:
+                self._pass(now)
+            if self.on_pass is not None:
+                self.on_pass(self, now)
+            passes += 1
+            if self.progress is not None and passes % 5000 == 0:
+                self.progress(self.done, n, now)
+        if self.done != n:
+            raise RuntimeError(f"simulation ended with {n - self.done} jobs unfinished")
+        return self.jobs
+
+    # ---- keys ---------------------------------------------------------------------
+    def _rekey(self, job: SimJob, now: float) -> None:
+        """Recompute the job's key, file it in its heap and schedule its next change."""
+        view = job.view(now)
+        job.key = priority_key(view, now, self.cfg, self.table)
+        job.key_ver += 1
+        self.seq += 1
+        if job.running:
+            heapq.heappush(self.running, (tuple(-x for x in job.key), job.key_ver, self.seq, job))
+        else:
+            bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
+            heapq.heappush(bucket, (job.key, job.key_ver, self.seq, job))
+        after = key_change_after(view, now, self.cfg, self.table)
+        if 0 < after < math.inf:
+            self._push_event(now + after + EPS, WAKE, job, job.key_ver)
+
+    def _refresh_table(self, now: float) -> None:
+        self.table = build_table(list(self.history), self.cfg)
+        self.since_refresh = 0
+        active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
+        active += [e[3] for e in self.running if e[1] == e[3].key_ver]
+        self.pending = {}
+        self.running = []
+        for job in active:
+            self._rekey(job, now)
+
+    # ---- scheduling pass ----------------------------------------------------------
+    def _top(self, heap: list, running: bool) -> SimJob | None:
+        while heap:
+            _, ver, _, job = heap[0]
+            if ver == job.key_ver and job.running == running and job.finish is None:
+                return job
+            heapq.heappop(heap)
+        return None
+
+    def _outranked(self, key: tuple) -> bool:
+        if not self.cl.preemptive:
+            return False
+        for heap in self.pending.values():
+            top = self._top(heap, False)
+            if top is not None and top.key < key:
+                return True
+        return False
+
+    def _pass(self, now: float) -> None:
+        if self.dynamic and self.running and self.cl.preemptive:
+            live = [e[3] for e in self.running if e[1] == e[3].key_ver and e[3].running]
+            self.running = []
+            for job in live:
+                self._rekey(job, now)
+        blocked: set[tuple[int, bool]] = set()
+        can_preempt = self.cl.preemptive
+        while True:
+            tops = []
+            for b, heap in self.pending.items():
+                if b not in blocked:
+                    job = self._top(heap, False)
+                    if job is not None:
+                        tops.append((job.key, b, job))
+            if not tops:
+                return
+            tops.sort(key=lambda t: t[0])
+            for _, b, job in tops:
+                alloc = choose_gpus(self.idx, job.gpus, job.must_consolidate)
+                if alloc is None and can_preempt:
+                    worst = self._top(self.running, True)
+                    if worst is None or not worst.key > job.key:
+                        can_preempt = False  # nobody ranks below this job or the next
+                    else:
+                        alloc = self._make_room(job, now)
+                if alloc is not None:
+                    self._start(job, alloc, now)  # its pending entry goes stale
+                    break
+                if not self.cl.backfill:
+                    return
+                blocked.add(b)
+            else:
+                return
+
+    def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """Preempt running jobs ranked below `job`, worst first, until it fits."""
+        victims: list[tuple] = []
+        alloc = None
+        while alloc is None:
+            top = self._top(self.running, True)
+            if top is None or not top.key > job.key:
+                break
+            victims.append(heapq.heappop(self.running))
+            self.idx.give(top.alloc)
+            if self.idx.total_free >= job.gpus:
+                alloc = choose_gpus(self.idx, job.gpus, job.must_consolidate)
+        if alloc is not None:
+            self.idx.take(alloc)
+        for entry in reversed(victims):  # best victims first: keep whoever still fits
+            v = entry[3]
+            if alloc is None or all(self.idx.free[n] >= g for n, g in v.alloc):
+                self.idx.take(v.alloc)
+                heapq.heappush(self.running, entry)
+            else:
+                self._preempt(v, now)  # its GPUs were given back above
+        if alloc is not None:
+            self.idx.give(alloc)  # _start takes it again
+        return alloc
+
+    def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
+        self.idx.take(alloc)
+        job.alloc = alloc
+        job.running = True
+        job.start = now
+        job.overhead = self.cl.restart_overhead_s if job.stints > 0 else 0.0
+        spread = len(alloc) > min_nodes(job.gpus, self.cl.gpus_per_node)
+        job.slowdown = spread_slowdown(job.model) if spread else 1.0
+        job.stints += 1
+        if job.first_start is None:
+            job.first_start = now
+        job.run_ver += 1
+        finish = now + job.overhead + (job.duration - job.progress) * job.slowdown
+        self._push_event(finish, FINISH, job, job.run_ver)
+        self._rekey(job, now)
+
+    def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
+        ran = now - job.start
+        job.progress = min(job.duration, job.progress + max(0.0, ran - job.overhead) / job.slowdown)
+        job.attained += job.gpus * ran
+        job.executed += ran
+        job.last_run = ran
+        job.running = False
+        job.run_ver += 1
+        if release:
+            self.idx.give(job.alloc)
+        job.alloc = []
+
+    def _preempt(self, job: SimJob, now: float) -> None:
+        self._stop(job, now, release=False)
+        job.preemptions += 1
+        self.preemptions += 1
+        job.waiting_since = now
+        self._rekey(job, now)
+
+    def _complete(self, job: SimJob, now: float) -> None:
+        self._stop(job, now)
+        job.finish = now
+        job.key_ver += 1
+        self.done += 1
+        if self.cfg.policy == "gittins":
+            self.history.append(job.attained)
+            self.since_refresh += 1
+            if self.since_refresh >= max(1, min(self.cl.history_refresh, len(self.history) // 4)):
+                self._refresh_table(now)
+
+    # ---- inspection -------------------------------------------------------------------
+    def active(self) -> list[SimJob]:
+        return [j for j in self.jobs if j.finish is None and (j.running or j.key_ver > 0)]
+
+    def order(self) -> list[int]:
+        """Job ids in the order the incremental structures hold them (best first)."""
+        keyed = [
+            (e[0], e[3].id)
+            for b in self.pending.values()
+            for e in b
+            if e[1] == e[3].key_ver and not e[3].running
+        ]
+        keyed += [
+            (tuple(-x for x in e[0]), e[3].id)
+            for e in self.running
+            if e[1] == e[3].key_ver and e[3].running
+        ]
+        return [i for _, i in sorted(keyed)]
+
+    def views(self, now: float) -> list[JobView]:
+        return [j.view(now) for j in self.active()]

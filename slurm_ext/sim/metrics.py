@@ -1,0 +1,37 @@
+"""Summary figures of one simulation run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from slurm_ext.sim.engine import SimJob
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of an ascending list."""
+    if not sorted_values:
+        return 0.0
+    i = max(0, math.ceil(q / 100.0 * len(sorted_values)) - 1)
+    return sorted_values[i]
+
+
+def summarize(jobs: Sequence[SimJob], total_gpus: int, preemptions: int) -> dict[str, float]:
+    done = [j for j in jobs if j.finish is not None]
+    jct = sorted(j.finish - j.submit for j in done)  # type: ignore[operator]
+    n = len(jct)
+    first = min((j.submit for j in done), default=0.0)
+    last = max((j.finish for j in done), default=0.0)  # type: ignore[type-var]
+    makespan = last - first
+    held = sum(j.attained for j in done)
+    return {
+        "jobs": n,
+        "avg_jct_s": sum(jct) / n if n else 0.0,
+        "median_jct_s": percentile(jct, 50),
+        "p95_jct_s": percentile(jct, 95),
+        "p99_jct_s": percentile(jct, 99),
+        "avg_queue_s": sum(j.finish - j.submit - j.executed for j in done) / n if n else 0.0,  # type: ignore[operator]
+        "makespan_s": makespan,
+        "gpu_utilization": held / (total_gpus * makespan) if makespan > 0 else 0.0,
+        "preemptions": preemptions,
+    }

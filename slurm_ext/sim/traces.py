@@ -1,0 +1,210 @@
+"""Trace readers: Tiresias CSV, `sacct --parsable2` exports, Alibaba PAI job/task tables.
+
+Every reader yields TraceJob rows. A bad row raises TraceError naming the file and line,
+unless `skip_bad` is set, in which case it is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+FORMATS = ("tiresias", "sacct", "pai")
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: int
+    gpus: int
+    submit_time: float  # seconds from the trace's origin
+    duration_s: float  # run time on a consolidated placement, no preemption
+    model_tag: str | None = None
+    user: str = ""
+    partition: str = ""
+
+
+class TraceError(ValueError):
+    def __init__(self, path: str | Path, line: int, message: str) -> None:
+        self.path, self.line = str(path), line
+        super().__init__(f"{path}:{line}: {message}")
+
+
+@dataclass
+class Trace:
+    jobs: list[TraceJob]
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)  # first few skipped-row messages
+
+
+def read_trace(path: str | Path, fmt: str = "tiresias", skip_bad: bool = False) -> Trace:
+    """Read a trace, sorted by submit time and shifted so the first submit is 0."""
+    if fmt not in FORMATS:
+        raise ValueError(f"trace format must be one of {FORMATS}, got {fmt!r}")
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(p, 0, "file not found")
+    trace = Trace(jobs=[])
+    reader = {"tiresias": _tiresias, "sacct": _sacct, "pai": _pai}[fmt]
+    for item in reader(p):
+        if isinstance(item, TraceError):
+            if not skip_bad:
+                raise item
+            trace.skipped += 1
+            if len(trace.problems) < 5:
+                trace.problems.append(str(item))
+        else:
+            trace.jobs.append(item)
+    if trace.jobs:
+        t0 = min(j.submit_time for j in trace.jobs)
+        trace.jobs = sorted(
+            (TraceJob(**{**j.__dict__, "submit_time": j.submit_time - t0}) for j in trace.jobs),
+            key=lambda j: (j.submit_time, j.job_id),
+        )
+    return trace
+
+
+def _positive(value: str, what: str, kind: type = float) -> float:
+    x = kind(float(value)) if kind is int else float(value)
+    if not math.isfinite(x) or x <= 0:
+        raise ValueError(f"{what} must be > 0, got {value!r}")
+    return x
+
+
+def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
+    need = ("job_id", "num_gpu", "submit_time", "duration")
+    with path.open(newline="") as fh:
+        rows = csv.DictReader(fh)
+        missing = [c for c in need if c not in (rows.fieldnames or [])]
+        if missing:
+            yield TraceError(path, 1, f"missing columns {', '.join(missing)}")
+            return
+        for row in rows:
+            line = rows.line_num
+            try:
+                submit = float(row["submit_time"])
+                if not math.isfinite(submit) or submit < 0:
+                    raise ValueError(f"submit_time must be >= 0, got {row['submit_time']!r}")
+                yield TraceJob(
+                    job_id=int(row["job_id"]),
+                    gpus=int(_positive(row["num_gpu"], "num_gpu", int)),
+                    submit_time=submit,
+                    duration_s=_positive(row["duration"], "duration"),
+                    model_tag=(row.get("model_name") or None),
+                    user=row.get("user") or "",
+                )
+            except (TypeError, ValueError) as exc:
+                yield TraceError(path, line, str(exc))
+
+
+_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+
+
+def _sacct_time(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
+    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`."""
+    with path.open() as fh:
+        header = fh.readline().rstrip("\n").split("|")
+        cols = {name: i for i, name in enumerate(header)}
+        jid = "JobIDRaw" if "JobIDRaw" in cols else "JobID"
+        tres = next((c for c in ("AllocTRES", "ReqTRES") if c in cols), None)
+        missing = [c for c in (jid, "Submit", "Start", "End") if c not in cols]
+        if missing or tres is None:
+            yield TraceError(path, 1, f"missing columns {', '.join(missing or ['AllocTRES'])}")
+            return
+        for line, raw in enumerate(fh, start=2):
+            f = raw.rstrip("\n").split("|")
+            if not raw.strip():
+                continue
+            try:
+                if len(f) != len(header):
+                    raise ValueError(f"expected {len(header)} fields, got {len(f)}")
+                if "." in f[cols[jid]]:
+                    continue  # job steps (123.batch, 123.0) repeat their job
+                m = _GPU_TRES.search(f[cols[tres]])
+                if not m or int(m.group(1)) == 0:
+                    continue  # not a GPU job
+                if f[cols["Start"]] in ("Unknown", "None", ""):
+                    continue  # never ran
+                submit = _sacct_time(f[cols["Submit"]])
+                duration = _sacct_time(f[cols["End"]]) - _sacct_time(f[cols["Start"]])
+                if duration <= 0:
+                    raise ValueError(f"End before Start ({duration:.0f} s)")
+                yield TraceJob(
+                    job_id=int(f[cols[jid]].split("_")[0]),
+                    gpus=int(m.group(1)),
+                    submit_time=submit,
+                    duration_s=duration,
+                    model_tag=f[cols["JobName"]] if "JobName" in cols else None,
+                    user=f[cols["User"]] if "User" in cols else "",
+                    partition=f[cols["Partition"]] if "Partition" in cols else "",
+                )
+            except (ValueError, KeyError) as exc:
+                yield TraceError(path, line, str(exc))
+
+
+PAI_JOB_COLUMNS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
+PAI_TASK_COLUMNS = (
+    "job_name", "task_name", "inst_num", "status", "start_time", "end_time",
+    "plan_cpu", "plan_mem", "plan_gpu", "gpu_type",
+)  # fmt: skip
+
+
+def _pai_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """PAI tables ship without a header; accept one if present."""
+    with path.open(newline="") as fh:
+        for line, row in enumerate(csv.reader(fh), start=1):
+            if line == 1 and row and row[0] == columns[0]:
+                continue
+            yield line, dict(zip(columns, row, strict=False))
+
+
+def _pai(path: Path) -> Iterator[TraceJob | TraceError]:
+    """Alibaba cluster-trace-gpu-v2020: pai_job_table.csv with pai_task_table.csv beside it.
+
+    A job's GPUs are the sum over its tasks of inst_num x plan_gpu / 100 (rounded up);
+    its run time spans its tasks' earliest start to latest end.
+    """
+    job_path = path / "pai_job_table.csv" if path.is_dir() else path
+    task_path = job_path.with_name("pai_task_table.csv")
+    if not task_path.exists():
+        yield TraceError(task_path, 0, "PAI task table not found beside the job table")
+        return
+    tasks: dict[str, list[float]] = {}  # job -> [gpu percent, start, end]
+    for line, r in _pai_rows(task_path, PAI_TASK_COLUMNS):
+        try:
+            if r.get("status") != "Terminated" or not r.get("plan_gpu"):
+                continue
+            gpu = float(r["inst_num"] or 1) * float(r["plan_gpu"])
+            start, end = float(r["start_time"]), float(r["end_time"])
+        except (ValueError, KeyError) as exc:
+            yield TraceError(task_path, line, str(exc))
+            continue
+        t = tasks.setdefault(r["job_name"], [0.0, math.inf, 0.0])
+        t[0] += gpu
+        t[1] = min(t[1], start)
+        t[2] = max(t[2], end)
+    for line, r in _pai_rows(job_path, PAI_JOB_COLUMNS):
+        t = tasks.get(r.get("job_name", ""))
+        if r.get("status") != "Terminated" or t is None or t[0] <= 0:
+            continue
+        try:
+            duration = t[2] - t[1]
+            if not duration > 0:
+                raise ValueError(f"task end before start ({duration} s)")
+            yield TraceJob(
+                job_id=line,
+                gpus=max(1, math.ceil(t[0] / 100.0 - 1e-9)),
+                submit_time=float(r["start_time"]),
+                duration_s=duration,
+                user=r.get("user", ""),
+            )
+        except (ValueError, KeyError) as exc:
+            yield TraceError(job_path, line, str(exc))
