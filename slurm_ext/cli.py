@@ -22,3 +22,8 @@ def main(verbose: int) -> None:
 
 
 # Commands are registered below, one line per part of the suite.
+
+from slurm_ext.sim.cli import simulate, trace  # noqa: E402
+
+main.add_command(simulate)
+main.add_command(trace)
