@@ -84,11 +84,19 @@ def decide_one(
             fit,
         )
     need = math.ceil(fit.cores_for(cfg.saturation_fraction) - 1e-9)
-    cores = min(cfg.max_cpus_per_gpu, max(cfg.min_cpus_per_gpu, need))
     top = max(c for c, _ in pts)
-    reason = f"{fit.model} fit: {cfg.saturation_fraction:.0%} of plateau {fit.plateau:.2f} at {need} cores"
-    if need > top:
-        reason += f" (beyond the largest sampled {top:g} cores: extrapolated)"
+    if need > top or (fit.model == "knee" and fit.shape >= top - 1e-9):
+        # utilisation still rising at the largest core count sampled: the plateau is beyond
+        # the evidence, so give the most the site allows rather than starve the GPU
+        cores = cfg.max_cpus_per_gpu
+        reason = (
+            f"no plateau within the sampled {min(c for c, _ in pts):g}..{top:g} cores/GPU "
+            f"({fit.model} fit): giving max_cpus_per_gpu {cores}"
+        )
+        return CpuDecision(key, gpu_type, cores, "fit", reason, pts, fit)
+    cores = min(cfg.max_cpus_per_gpu, max(cfg.min_cpus_per_gpu, need))
+    pct = f"{cfg.saturation_fraction:.0%}"
+    reason = f"{fit.model} fit: {pct} of plateau {fit.plateau:.2f} at {need} cores/GPU"
     if cores != need:
         reason += f"; clamped to {cores}"
     return CpuDecision(key, gpu_type, cores, "fit", reason, pts, fit)
