@@ -6,6 +6,8 @@ the predictor read it), e.g. `--comment="model=resnet50 elastic=1-4 opt_out=cpu"
 - `model=TAG`        workload key for the predictor (letters, digits, `._:/@+-`, <= 128)
 - `elastic=MIN-MAX`  the job can run on MIN..MAX GPUs (1 <= MIN <= MAX <= 1024)
 - `opportunistic=0|1` may run on spare GPU capacity (AntMan-style co-location)
+- `checkpoint=0|1`   the job checkpoints and resumes, so the service may requeue it
+                     (only together with Slurm's own --requeue flag)
 - `opt_out=cpu,gpu`  keep the job's own CPU and/or GPU request (no rewriting of those)
 - `slurm_ext=off`    opt out of all rewriting
 
@@ -34,6 +36,7 @@ class Hints:
     opt_out: frozenset[str] = frozenset()  # subset of OPT_OUT_ITEMS
     all_off: bool = False  # slurm_ext=off
     errors: tuple[str, ...] = ()
+    checkpoint: bool = False
 
     def opted_out(self, item: str) -> bool:
         """True when the user asked to keep their own `item` ('cpu' or 'gpu') request."""
@@ -45,7 +48,7 @@ def parse_hints(comment: str | None) -> Hints:
     values: dict[str, str] = {}
     for token in _SPACE_RE.split(comment or ""):
         key, sep, value = token.partition("=")
-        if sep and key in ("model", "elastic", "opportunistic", "opt_out", "slurm_ext"):
+        if sep and key in ("model", "elastic", "opportunistic", "opt_out", "slurm_ext", "checkpoint"):
             values[key] = value
     errors: list[str] = []
     model = values.get("model")
@@ -60,12 +63,8 @@ def parse_hints(comment: str | None) -> Hints:
             elastic = (lo, hi)
         else:
             errors.append(f"elastic: expected MIN-MAX GPUs, got {values['elastic']!r}")
-    opportunistic = False
-    if "opportunistic" in values:
-        if values["opportunistic"] in ("0", "1"):
-            opportunistic = values["opportunistic"] == "1"
-        else:
-            errors.append(f"opportunistic: expected 0 or 1, got {values['opportunistic']!r}")
+    opportunistic = _flag(values, "opportunistic", errors)
+    checkpoint = _flag(values, "checkpoint", errors)
     opt_out: set[str] = set()
     if "opt_out" in values:
         for item in values["opt_out"].split(","):
@@ -76,4 +75,15 @@ def parse_hints(comment: str | None) -> Hints:
     all_off = values.get("slurm_ext") == "off"
     if "slurm_ext" in values and not all_off:
         errors.append(f"slurm_ext: only 'off' is meaningful, got {values['slurm_ext']!r}")
-    return Hints(model, elastic, opportunistic, frozenset(opt_out), all_off, tuple(errors))
+    return Hints(
+        model, elastic, opportunistic, frozenset(opt_out), all_off, tuple(errors), checkpoint=checkpoint
+    )
+
+
+def _flag(values: dict[str, str], key: str, errors: list[str]) -> bool:
+    if key not in values:
+        return False
+    if values[key] in ("0", "1"):
+        return values[key] == "1"
+    errors.append(f"{key}: expected 0 or 1, got {values[key]!r}")
+    return False
