@@ -64,9 +64,8 @@ def predict() -> None:
 @click.option(
     "--out",
     "out",
-    required=True,
     type=click.Path(dir_okay=False),
-    help="Table to write (atomically).",
+    help="Table to write atomically (default: the config's table_path).",
 )
 @click.option(
     "--config",
@@ -84,10 +83,15 @@ def predict() -> None:
     "--free-gpus", type=click.IntRange(min=0), default=0, help="GPUs free for elastic jobs now."
 )
 def build(
-    samples_path: str, out: str, config_path: str | None, elastic_path: str | None, free_gpus: int
+    samples_path: str,
+    out: str | None,
+    config_path: str | None,
+    elastic_path: str | None,
+    free_gpus: int,
 ) -> None:
     """Fit every workload's cores-per-GPU curve and write the table + evidence JSON."""
     cfg = _config(config_path).predictor
+    out = out or cfg.table_path
     try:
         samples = load_samples(samples_path)
     except SampleError as exc:
