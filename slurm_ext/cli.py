@@ -22,8 +22,20 @@ def main(verbose: int) -> None:
 
 
 # Commands are registered below, one line per part of the suite.
+from slurm_ext.templates import template  # noqa: E402
+
+main.add_command(template)
 
 from slurm_ext.sim.cli import simulate, trace  # noqa: E402
 
 main.add_command(simulate)
 main.add_command(trace)
+
+from slurm_ext.service_cli import explain, nodes, pin, queue, serve, unpin  # noqa: E402
+
+for _cmd in (serve, queue, explain, nodes, pin, unpin):
+    main.add_command(_cmd)
+
+from slurm_ext.predict.cli import predict  # noqa: E402
+
+main.add_command(predict)

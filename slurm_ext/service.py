@@ -1,0 +1,448 @@
+"""The priority service: snapshot Slurm, rank with the policy core, write back the diff.
+
+A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them into the
+store's attained-service records (restart-safe: a stint's start comes from Slurm's own
+StartTime), rank with `slurm_ext.policy.rank` (the same function the simulator calls),
+turn the order into priority values with `writeback.assign_values`, and write only the
+jobs whose value, placement or run state must change.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from slurm_ext.config import choices
+from slurm_ext.hints import parse_hints
+from slurm_ext.model import Decision, Job, JobState, JobView, Node
+from slurm_ext.policy import PolicyConfig, place, rank
+from slurm_ext.slurm.client import SlurmClient, SlurmError
+from slurm_ext.store import DecisionRecord, JobRecord, Store
+from slurm_ext.writeback import assign_values, changed
+
+log = logging.getLogger("slurm_ext.service")
+
+ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+TERMINAL = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+)
+
+
+@dataclass
+class SlurmSection:
+    """How to reach Slurm. backend: auto (pyslurm if it matches the running Slurm, else
+    the CLI), pyslurm, or cli. slurm_conf: path to slurm.conf (default: Slurm's own).
+    timeout_s: bound on every Slurm call."""
+
+    backend: str = choices("auto", "pyslurm", "cli", default="auto")
+    slurm_conf: str | None = None
+    timeout_s: float = 30.0
+
+
+@dataclass
+class ServiceConfig:
+    """`service.toml`. See etc/service.toml for every key with its meaning."""
+
+    interval_s: float = 30.0
+    store: str = "/var/lib/slurm-ext/service.db"
+    mode: str = choices("site_factor", "priority", default="site_factor")
+    partitions: list[str] = field(default_factory=list)  # empty: every partition
+    value_min: int = 1
+    value_max: int = 1_000_000
+    placement: bool = False
+    placement_mode: str = choices("consolidate", "spread", "profile", default="profile")
+    preemption: str = choices("off", "requeue", default="off")
+    max_requeues_per_pass: int = 2
+    listen: str = "127.0.0.1"
+    port: int = 9788  # metrics and agent reports; 0 disables the listener
+    report_secret_file: str | None = None
+    backoff_max_s: float = 300.0
+    slurm: SlurmSection = field(default_factory=SlurmSection)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        if not 1 <= self.value_min < self.value_max <= 4_000_000_000:
+            raise ValueError("need 1 <= value_min < value_max <= 4000000000")
+        if self.mode == "site_factor" and self.value_max > 2_000_000_000:
+            raise ValueError("value_max must be <= 2000000000 in site_factor mode")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port must be 0..65535")
+        if self.listen not in ("127.0.0.1", "::1", "localhost") and not self.report_secret_file:
+            raise ValueError("listening beyond loopback needs report_secret_file")
+
+
+@dataclass
+class PassResult:
+    started_at: float
+    duration_s: float = 0.0
+    ranked: int = 0
+    writes: int = 0
+    errors: int = 0
+    requeued: list[int] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    planned: dict[int, int] = field(default_factory=dict)  # job -> value to write
+    placements: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+
+# ---- pure pieces ----------------------------------------------------------------------
+
+
+def fold_jobs(
+    records: dict[int, JobRecord], jobs: Sequence[Job], now: float
+) -> tuple[dict[int, JobRecord], list[tuple[int, float, float, float]]]:
+    """Advance attained-service records with a fresh snapshot.
+
+    Returns the updated records (done ones included, marked) and completions
+    (job_id, gpu_s, run_s, end_time) for the Gittins history.
+    """
+    out: dict[int, JobRecord] = {}
+    completions: list[tuple[int, float, float, float]] = []
+    seen: set[int] = set()
+    for job in jobs:
+        seen.add(job.job_id)
+        prev = records.get(job.job_id)
+        if prev is not None and prev.done:
+            continue
+        rec = prev or JobRecord(
+            job_id=job.job_id,
+            user=job.user,
+            partition=job.partition,
+            name=job.name,
+            model_tag=parse_hints(job.comment).model,
+            gpus=job.gpus,
+            submit_time=job.submit_time,
+            closed_gpu_s=0.0,
+            closed_run_s=0.0,
+            last_run_s=0.0,
+            run_start=None,
+            waiting_since=job.submit_time or now,
+            last_seen=now,
+            state="PENDING",
+            done=False,
+        )
+        rec = replace(
+            rec,
+            gpus=job.gpus or rec.gpus,
+            partition=job.partition,
+            model_tag=parse_hints(job.comment).model,
+        )
+        running = job.state in (JobState.RUNNING, JobState.COMPLETING)
+        if running:
+            start = job.start_time or now
+            if rec.run_start is None:
+                # fresh start (Slurm's StartTime is exact) or resume from suspend (now)
+                rec = replace(
+                    rec, run_start=start if rec.state != "SUSPENDED" else now, waiting_since=None
+                )
+            elif start > rec.run_start + 1 and rec.state != "SUSPENDED":
+                # requeued and restarted between two passes: close the old stint
+                rec = _close(rec, min(rec.last_seen, start))
+                rec = replace(rec, run_start=start, waiting_since=None)
+        elif rec.run_start is not None:
+            if job.state.value in TERMINAL:
+                rec = _close(rec, job.end_time or rec.last_seen)
+            elif job.state == JobState.SUSPENDED:
+                rec = _close(rec, now)
+            else:  # back to pending: requeued or preempted
+                rec = replace(_close(rec, rec.last_seen), waiting_since=now)
+        if job.state.value in TERMINAL:
+            rec = replace(rec, done=True)
+            if rec.closed_gpu_s > 0:
+                completions.append(
+                    (job.job_id, rec.closed_gpu_s, rec.closed_run_s, job.end_time or now)
+                )
+        out[job.job_id] = replace(rec, last_seen=now, state=job.state.value)
+    for job_id, rec in records.items():
+        if job_id in seen or rec.done:
+            continue
+        # gone from Slurm (purged after MinJobAge, or finished while we were down)
+        if rec.run_start is not None:
+            rec = _close(rec, rec.last_seen)
+        if rec.closed_gpu_s > 0:
+            completions.append((job_id, rec.closed_gpu_s, rec.closed_run_s, rec.last_seen))
+        out[job_id] = replace(rec, done=True, state="GONE")
+    return out, completions
+
+
+def _close(rec: JobRecord, end: float) -> JobRecord:
+    assert rec.run_start is not None
+    run = max(0.0, end - rec.run_start)
+    return replace(
+        rec,
+        closed_gpu_s=rec.closed_gpu_s + run * rec.gpus,
+        closed_run_s=rec.closed_run_s + run,
+        last_run_s=run,
+        run_start=None,
+    )
+
+
+def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
+    return JobView(
+        job_id=job.job_id,
+        gpus=max(1, job.gpus),
+        submit_time=job.submit_time,
+        attained_gpu_s=rec.attained_gpu_s(now),
+        executed_s=rec.executed_s(now),
+        running=job.running,
+        last_run_s=rec.last_run_s,
+        waiting_since=rec.waiting_since,
+        user=job.user,
+        partition=job.partition,
+        model_tag=rec.model_tag,
+    )
+
+
+def plan_placements(
+    ranked_pending: Sequence[Job], nodes: Sequence[Node], mode: str
+) -> dict[int, tuple[str, ...] | None]:
+    """Node sets for pending jobs that can start now, in rank order; None: no hint.
+
+    Only per-job GPU requests (--gpus=N) and single-node jobs get hints: rewriting the
+    node count of a per-node request would change how many GPUs it gets.
+    """
+    free = {n.name: n for n in nodes if n.schedulable}
+    out: dict[int, tuple[str, ...] | None] = {}
+    for job in ranked_pending:
+        if job.gpus <= 0:
+            continue
+        cands = place(
+            job.job_id,
+            job.gpus,
+            list(free.values()),
+            mode=mode,
+            model_tag=parse_hints(job.comment).model,
+        )
+        hintable = job.gpus > 1 and (job.gpus_per_node == 0 or job.num_nodes == 1)
+        if not cands:
+            out[job.job_id] = None
+            continue
+        best = cands[0]
+        out[job.job_id] = best.nodes if hintable else None
+        need = job.gpus
+        for name in best.nodes:  # take the GPUs so later jobs see what is left
+            n = free[name]
+            take = min(n.gpus_free, need)
+            free[name] = replace(n, gpus_alloc=n.gpus_alloc + take)
+            need -= take
+    return out
+
+
+# ---- the shell ----------------------------------------------------------------------
+
+
+class Service:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        client: SlurmClient,
+        store: Store,
+        dry_run: bool = False,
+        metrics=None,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.store = store
+        self.dry_run = dry_run
+        self.metrics = metrics
+        self._stop = threading.Event()
+        self.failures = 0
+
+    def managed(self, job: Job) -> bool:
+        return not self.config.partitions or job.partition in self.config.partitions
+
+    def run_pass(self, now: float | None = None) -> PassResult:
+        t0 = time.monotonic()
+        now = time.time() if now is None else now
+        res = PassResult(started_at=now)
+        jobs = self.client.jobs(states=ACTIVE + TERMINAL)
+        nodes = self.client.nodes()
+        records, completions = fold_jobs(self.store.jobs(), jobs, now)
+        self.store.save_jobs(records.values(), completions)
+        history = self.store.history_gpu_s(self.config.policy.history_window)
+        active = [j for j in jobs if j.state.active and self.managed(j)]
+        views = [job_view(j, records[j.job_id], now) for j in active]
+        decisions = rank(views, now, self.config.policy, history or None)
+        res.decisions, res.ranked = decisions, len(decisions)
+        by_id = {j.job_id: j for j in active}
+        pins = self.store.pins()
+        stored = self.store.decisions()
+        targets = [
+            by_id[d.job_id]
+            for d in decisions
+            if by_id[d.job_id].pending and not by_id[d.job_id].held and d.job_id not in pins
+        ]
+        current = self._current_values(targets, stored)
+        desired = assign_values(
+            [j.job_id for j in targets], current, self.config.value_min, self.config.value_max
+        )
+        res.planned = changed(desired, current)
+        placements: dict[int, tuple[str, ...] | None] = {}
+        if self.config.placement:
+            placements = plan_placements(targets, nodes, self.config.placement_mode)
+        written: dict[int, int | None] = {
+            j: (stored[j].value if j in stored else None) for j in by_id
+        }
+        placed: dict[int, tuple[str, ...] | None] = {
+            j: (stored[j].placement if j in stored else None) for j in by_id
+        }
+        if not self.dry_run:
+            for job_id, value in res.planned.items():
+                if self._write(res, self._set_value, job_id, value):
+                    written[job_id] = value
+            for job_id, nodes_ in placements.items():
+                if nodes_ != placed.get(job_id) and self._write(
+                    res, self._set_placement, job_id, nodes_
+                ):
+                    placed[job_id] = nodes_
+            if self.config.preemption == "requeue":
+                self._preempt(res, decisions, by_id, nodes, pins)
+        res.placements = {j: p for j, p in placements.items() if p}
+        self.store.save_decisions(
+            [
+                DecisionRecord(
+                    job_id=d.job_id,
+                    rank=d.rank,
+                    queue=d.queue,
+                    gittins=d.index,
+                    promoted=d.promoted,
+                    reason=d.reason,
+                    value=written.get(d.job_id),
+                    mode=self.config.mode,
+                    placement=placed.get(d.job_id),
+                    decided_at=now,
+                )
+                for d in decisions
+            ],
+            drop=[j for j in stored if j not in by_id],
+        )
+        res.duration_s = time.monotonic() - t0
+        self.store.record_pass(
+            now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
+        )
+        if self.metrics is not None:
+            self.metrics.observe_pass(res, decisions)
+        log.info(
+            "pass: %d jobs ranked, %d writes%s, %d errors, %d requeued, %.3fs",
+            res.ranked,
+            res.writes if not self.dry_run else len(res.planned),
+            " (dry run, not written)" if self.dry_run else "",
+            res.errors,
+            len(res.requeued),
+            res.duration_s,
+        )
+        return res
+
+    def _current_values(
+        self, targets: Sequence[Job], stored: dict[int, DecisionRecord]
+    ) -> dict[int, int | None]:
+        """What each job holds now. Priority mode reads Slurm's own value (an admin may have
+        changed it); site-factor mode trusts what we last wrote (22.05's JSON lacks it)."""
+        if self.config.mode == "priority":
+            return {j.job_id: j.priority for j in targets}
+        return {j.job_id: (stored[j.job_id].value if j.job_id in stored else None) for j in targets}
+
+    def _set_value(self, job_id: int, value: int) -> None:
+        if self.config.mode == "priority":
+            self.client.set_priority(job_id, value)
+        else:
+            self.client.set_site_factor(job_id, value)
+
+    def _set_placement(self, job_id: int, nodes: tuple[str, ...] | None) -> None:
+        self.client.set_placement(job_id, required_nodes=list(nodes or ()))
+
+    def _write(self, res: PassResult, fn, *args) -> bool:
+        try:
+            fn(*args)
+        except SlurmError as exc:
+            res.errors += 1
+            log.warning("write failed, will retry next pass: %s", exc)
+            return False
+        res.writes += 1
+        return True
+
+    def _preempt(
+        self,
+        res: PassResult,
+        decisions: Sequence[Decision],
+        by_id: dict[int, Job],
+        nodes: Sequence[Node],
+        pins: set[int],
+    ) -> None:
+        """Requeue opted-in running jobs that rank below the best waiting job it can't fit."""
+        free = sum(n.gpus_free for n in nodes)
+        waiting = [
+            by_id[d.job_id]
+            for d in decisions
+            if by_id[d.job_id].pending and not by_id[d.job_id].held
+        ]
+        if not waiting or waiting[0].gpus <= free:
+            return
+        top = waiting[0]
+        top_rank = next(d.rank for d in decisions if d.job_id == top.job_id)
+        now = time.time()
+        victims = [
+            by_id[d.job_id]
+            for d in reversed(decisions)
+            if d.rank > top_rank
+            and by_id[d.job_id].running
+            and by_id[d.job_id].requeue
+            and parse_hints(by_id[d.job_id].comment).checkpoint
+            and d.job_id not in pins
+            and now - (by_id[d.job_id].start_time or now) >= self.config.policy.min_run_s
+        ]
+        for victim in victims[: self.config.max_requeues_per_pass]:
+            if free >= top.gpus:
+                break
+            if self._write(res, self.client.requeue, victim.job_id):
+                res.requeued.append(victim.job_id)
+                free += victim.gpus
+                log.info("requeued job %d (rank below waiting job %d)", victim.job_id, top.job_id)
+
+    # ---- loop ------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    def serve(self, once: bool = False) -> int:
+        """Run passes until stopped; back off on Slurm errors, never lose state."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                signal.signal(sig, lambda *_: self.stop())
+            except ValueError:  # not the main thread (tests)
+                pass
+        while not self._stop.is_set():
+            delay = self.config.interval_s
+            try:
+                self.run_pass()
+                if self.failures:
+                    log.warning(
+                        "Slurm reachable again after %d failed passes; caught up", self.failures
+                    )
+                self.failures = 0
+            except SlurmError as exc:
+                self.failures += 1
+                delay = min(
+                    self.config.backoff_max_s, self.config.interval_s * 2 ** min(self.failures, 10)
+                )
+                if self.metrics is not None:
+                    self.metrics.errors.inc()
+                log.warning(
+                    "pass failed (%d in a row), retrying in %.0fs: %s", self.failures, delay, exc
+                )
+                if once:
+                    return 1
+            if once:
+                return 0
+            self._stop.wait(delay)
+        return 0

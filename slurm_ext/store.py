@@ -1,0 +1,323 @@
+"""The service's memory: attained GPU service, completed-job history, decisions, reports.
+
+One SQLite file in WAL mode so the CLI can read while the service writes. The schema
+is versioned (`PRAGMA user_version`) and migrated forward in order at open; a file from
+a newer release is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeagent.report import JobReport
+
+# Each entry upgrades the schema from version i to i+1. Append, never edit.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE jobs (
+        job_id INTEGER PRIMARY KEY,
+        user TEXT NOT NULL DEFAULT '',
+        partition TEXT NOT NULL DEFAULT '',
+        name TEXT NOT NULL DEFAULT '',
+        model_tag TEXT,
+        gpus INTEGER NOT NULL DEFAULT 0,
+        submit_time REAL NOT NULL DEFAULT 0,
+        closed_gpu_s REAL NOT NULL DEFAULT 0,   -- GPU-seconds of finished run stints
+        closed_run_s REAL NOT NULL DEFAULT 0,   -- wall seconds of finished run stints
+        last_run_s REAL NOT NULL DEFAULT 0,     -- length of the latest finished stint
+        run_start REAL,                         -- start of the current stint (Slurm's StartTime)
+        waiting_since REAL,                     -- when it last became pending
+        last_seen REAL NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT 'PENDING',
+        done INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE completions (
+        job_id INTEGER PRIMARY KEY,
+        gpu_s REAL NOT NULL,
+        run_s REAL NOT NULL,
+        end_time REAL NOT NULL,
+        source TEXT NOT NULL DEFAULT 'service'
+    );
+    CREATE INDEX completions_end ON completions(end_time);
+    CREATE TABLE decisions (
+        job_id INTEGER PRIMARY KEY,
+        rank INTEGER NOT NULL,
+        queue INTEGER NOT NULL,
+        gittins REAL NOT NULL,
+        promoted INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        value INTEGER,                -- priority or site factor we wrote (NULL: untouched)
+        mode TEXT NOT NULL,
+        placement TEXT,               -- JSON list of node names we pinned, or NULL
+        decided_at REAL NOT NULL
+    );
+    CREATE TABLE pins (
+        job_id INTEGER PRIMARY KEY,
+        pinned_by TEXT NOT NULL,
+        pinned_at REAL NOT NULL
+    );
+    CREATE TABLE job_reports (
+        node TEXT NOT NULL,
+        job_id INTEGER NOT NULL,
+        period_start REAL NOT NULL,
+        period_end REAL NOT NULL,
+        payload TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        PRIMARY KEY (node, job_id, period_start)
+    );
+    CREATE TABLE passes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at REAL NOT NULL,
+        duration_s REAL NOT NULL,
+        ranked INTEGER NOT NULL,
+        writes INTEGER NOT NULL,
+        errors INTEGER NOT NULL,
+        dry_run INTEGER NOT NULL
+    );
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The store file cannot be opened or is from an incompatible release."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: int
+    user: str
+    partition: str
+    name: str
+    model_tag: str | None
+    gpus: int
+    submit_time: float
+    closed_gpu_s: float
+    closed_run_s: float
+    last_run_s: float
+    run_start: float | None
+    waiting_since: float | None
+    last_seen: float
+    state: str
+    done: bool
+
+    def attained_gpu_s(self, now: float) -> float:
+        """GPU-seconds so far: finished stints plus the one running now."""
+        current = max(0.0, now - self.run_start) * self.gpus if self.run_start else 0.0
+        return self.closed_gpu_s + current
+
+    def executed_s(self, now: float) -> float:
+        current = max(0.0, now - self.run_start) if self.run_start else 0.0
+        return self.closed_run_s + current
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    job_id: int
+    rank: int
+    queue: int
+    gittins: float
+    promoted: bool
+    reason: str
+    value: int | None
+    mode: str
+    placement: tuple[str, ...] | None
+    decided_at: float
+
+
+class Store:
+    """SQLite-backed state. `readonly=True` opens without writing (for the CLI)."""
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        self.path = Path(path)
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"{self.path}: store not found (has the service run yet?)")
+                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, timeout=30)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open store: {exc}") from exc
+        self.db.row_factory = sqlite3.Row
+        self._migrate(readonly)
+
+    def _migrate(self, readonly: bool) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this release's "
+                f"({SCHEMA_VERSION}); upgrade slurm-ext or use another store file"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        if readonly:
+            raise StoreError(
+                f"{self.path}: schema version {version} needs migration; run the service once"
+            )
+        for target in range(version, SCHEMA_VERSION):
+            with self.db:
+                self.db.executescript(
+                    "BEGIN;" + MIGRATIONS[target] + f";PRAGMA user_version={target + 1};COMMIT;"
+                )
+
+    def close(self) -> None:
+        self.db.close()
+
+    @property
+    def schema_version(self) -> int:
+        return self.db.execute("PRAGMA user_version").fetchone()[0]
+
+    # ---- jobs ------------------------------------------------------------------------
+    def jobs(self, include_done: bool = False) -> dict[int, JobRecord]:
+        sql = "SELECT * FROM jobs" + ("" if include_done else " WHERE done = 0")
+        return {r["job_id"]: _job_record(r) for r in self.db.execute(sql)}
+
+    def job(self, job_id: int) -> JobRecord | None:
+        r = self.db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return _job_record(r) if r else None
+
+    def save_jobs(
+        self,
+        records: Iterable[JobRecord],
+        completions: Sequence[tuple[int, float, float, float]] = (),
+    ) -> None:
+        """Upsert job records and add completions (job_id, gpu_s, run_s, end_time) atomically."""
+        with self.db:
+            self.db.executemany(
+                """INSERT INTO jobs VALUES (:job_id, :user, :partition, :name, :model_tag, :gpus,
+                       :submit_time, :closed_gpu_s, :closed_run_s, :last_run_s, :run_start,
+                       :waiting_since, :last_seen, :state, :done)
+                   ON CONFLICT(job_id) DO UPDATE SET user=excluded.user, partition=excluded.partition,
+                       name=excluded.name, model_tag=excluded.model_tag, gpus=excluded.gpus,
+                       submit_time=excluded.submit_time, closed_gpu_s=excluded.closed_gpu_s,
+                       closed_run_s=excluded.closed_run_s, last_run_s=excluded.last_run_s,
+                       run_start=excluded.run_start, waiting_since=excluded.waiting_since,
+                       last_seen=excluded.last_seen, state=excluded.state, done=excluded.done""",
+                [r.__dict__ | {"done": int(r.done)} for r in records],
+            )
+            self.db.executemany(
+                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time) VALUES (?, ?, ?, ?)",
+                completions,
+            )
+
+    def history_gpu_s(self, window: int) -> list[float]:
+        """GPU-seconds of the most recent `window` completed jobs (the Gittins sample)."""
+        rows = self.db.execute(
+            "SELECT gpu_s FROM completions ORDER BY end_time DESC LIMIT ?", (int(window),)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def add_completions(self, rows: Iterable[tuple[int, float, float, float]], source: str) -> int:
+        with self.db:
+            cur = self.db.executemany(
+                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?)",
+                [(*r, source) for r in rows],
+            )
+        return cur.rowcount
+
+    # ---- decisions -------------------------------------------------------------------
+    def decisions(self) -> dict[int, DecisionRecord]:
+        return {
+            r["job_id"]: _decision_record(r) for r in self.db.execute("SELECT * FROM decisions")
+        }
+
+    def save_decisions(self, records: Iterable[DecisionRecord], drop: Iterable[int] = ()) -> None:
+        with self.db:
+            self.db.executemany("DELETE FROM decisions WHERE job_id = ?", [(j,) for j in drop])
+            self.db.executemany(
+                "INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        d.job_id,
+                        d.rank,
+                        d.queue,
+                        d.gittins,
+                        int(d.promoted),
+                        d.reason,
+                        d.value,
+                        d.mode,
+                        json.dumps(list(d.placement)) if d.placement is not None else None,
+                        d.decided_at,
+                    )
+                    for d in records
+                ],
+            )
+
+    # ---- pins ------------------------------------------------------------------------
+    def pins(self) -> set[int]:
+        return {r[0] for r in self.db.execute("SELECT job_id FROM pins")}
+
+    def pin(self, job_id: int, who: str) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO pins VALUES (?, ?, ?)", (job_id, who, time.time())
+            )
+
+    def unpin(self, job_id: int) -> bool:
+        with self.db:
+            return self.db.execute("DELETE FROM pins WHERE job_id = ?", (job_id,)).rowcount > 0
+
+    # ---- node agent reports ----------------------------------------------------------
+    def add_reports(self, reports: Sequence[JobReport]) -> int:
+        now = time.time()
+        with self.db:
+            cur = self.db.executemany(
+                "INSERT OR REPLACE INTO job_reports VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (r.node, r.job_id, r.period_start, r.period_end, json.dumps(r.__dict__), now)
+                    for r in reports
+                ],
+            )
+        return cur.rowcount
+
+    def reports(self, job_id: int | None = None) -> list[JobReport]:
+        sql, args = "SELECT payload FROM job_reports", ()
+        if job_id is not None:
+            sql, args = sql + " WHERE job_id = ?", (job_id,)
+        return [
+            JobReport(**json.loads(r[0]))
+            for r in self.db.execute(sql + " ORDER BY period_start", args)
+        ]
+
+    # ---- passes ----------------------------------------------------------------------
+    def record_pass(
+        self,
+        started_at: float,
+        duration_s: float,
+        ranked: int,
+        writes: int,
+        errors: int,
+        dry_run: bool,
+    ) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO passes (started_at, duration_s, ranked, writes, errors, dry_run) VALUES (?, ?, ?, ?, ?, ?)",
+                (started_at, duration_s, ranked, writes, errors, int(dry_run)),
+            )
+            self.db.execute("DELETE FROM passes WHERE id <= (SELECT MAX(id) FROM passes) - 1000")
+
+    def last_pass(self) -> dict | None:
+        r = self.db.execute("SELECT * FROM passes ORDER BY id DESC LIMIT 1").fetchone()
+        return dict(r) if r else None
+
+
+def _job_record(r: sqlite3.Row) -> JobRecord:
+    d = dict(r)
+    d["done"] = bool(d["done"])
+    return JobRecord(**d)
+
+
+def _decision_record(r: sqlite3.Row) -> DecisionRecord:
+    d = dict(r)
+    d["promoted"] = bool(d["promoted"])
+    d["placement"] = tuple(json.loads(d["placement"])) if d["placement"] else None
+    return DecisionRecord(**d)

@@ -1,0 +1,137 @@
+"""The service's pure pieces and its store: attained-service folding, write-back values,
+placement planning, schema versioning. No Slurm needed."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from slurm_ext.model import Job, JobState, Node
+from slurm_ext.service import fold_jobs, plan_placements
+from slurm_ext.store import SCHEMA_VERSION, Store, StoreError
+from slurm_ext.writeback import assign_values, changed
+
+
+def _job(
+    job_id: int,
+    state: str,
+    gpus: int = 2,
+    start: float | None = None,
+    end: float | None = None,
+    **kw,
+) -> Job:
+    return Job(
+        job_id=job_id,
+        state=JobState(state),
+        gpus=gpus,
+        submit_time=100.0,
+        start_time=start,
+        end_time=end,
+        **kw,
+    )
+
+
+def test_fold_accumulates_stints_and_records_completion():
+    recs, comp = fold_jobs({}, [_job(1, "PENDING")], now=110)
+    assert recs[1].attained_gpu_s(110) == 0 and recs[1].waiting_since == 100
+    recs, comp = fold_jobs(recs, [_job(1, "RUNNING", start=120)], now=130)
+    assert recs[1].attained_gpu_s(130) == 20  # 2 GPUs x 10 s, from Slurm's StartTime
+    # requeued: back to pending; the stint closes at the last time we saw it running
+    recs, comp = fold_jobs(recs, [_job(1, "PENDING")], now=150)
+    assert (recs[1].closed_gpu_s, recs[1].last_run_s, recs[1].waiting_since) == (20, 10, 150)
+    recs, comp = fold_jobs(recs, [_job(1, "RUNNING", start=160)], now=170)
+    assert recs[1].attained_gpu_s(170) == 40
+    recs, comp = fold_jobs(recs, [_job(1, "COMPLETED", start=160, end=175)], now=180)
+    assert recs[1].done and comp == [(1, 50.0, 25.0, 175)]
+    # a done job is never revived or counted twice
+    recs2, comp2 = fold_jobs(recs, [_job(1, "COMPLETED", start=160, end=175)], now=190)
+    assert comp2 == [] and 1 not in recs2
+
+
+def test_fold_counts_a_job_that_vanished_while_running():
+    recs, _ = fold_jobs({}, [_job(7, "RUNNING", gpus=4, start=100)], now=110)
+    recs, comp = fold_jobs(recs, [], now=500)  # purged while the service was away
+    assert recs[7].done and comp == [(7, 40.0, 10.0, 110)]
+
+
+def test_fold_does_not_count_suspended_time():
+    recs, _ = fold_jobs({}, [_job(3, "RUNNING", gpus=1, start=100)], now=110)
+    recs, _ = fold_jobs(recs, [_job(3, "SUSPENDED", gpus=1, start=100)], now=120)
+    assert recs[3].closed_gpu_s == 20
+    recs, _ = fold_jobs(recs, [_job(3, "RUNNING", gpus=1, start=100)], now=200)  # resumed at 200
+    assert recs[3].attained_gpu_s(210) == 30
+
+
+def _strictly_decreasing(order, values):
+    vals = [values[j] for j in order]
+    return all(a > b for a, b in zip(vals, vals[1:]))
+
+
+def test_values_follow_order_and_only_changes_are_written():
+    order = list(range(2000))
+    first = assign_values(order, {}, 1, 1_000_000)
+    assert _strictly_decreasing(order, first) and all(1 <= v <= 1_000_000 for v in first.values())
+    assert changed(assign_values(order, first, 1, 1_000_000), first) == {}
+    swapped = order[:]
+    swapped[5], swapped[1500] = swapped[1500], swapped[5]
+    second = assign_values(swapped, first, 1, 1_000_000)
+    assert _strictly_decreasing(swapped, second)
+    assert len(changed(second, first)) <= 2
+
+
+def test_values_survive_many_random_insertions():
+    rng = random.Random(7)
+    order, cur, writes = list(range(500)), {}, 0
+    cur = assign_values(order, cur, 1, 1_000_000)
+    for k in range(300):
+        pos = rng.randrange(len(order) + 1)
+        order.insert(pos, 10_000 + k)
+        new = assign_values(order, cur, 1, 1_000_000)
+        assert _strictly_decreasing(order, new)
+        writes += len(changed(new, cur))
+        cur = new
+    assert writes < 300 * 10  # amortised: a few writes per inserted job, not the queue
+
+
+def test_values_band_too_small_is_a_clear_error():
+    with pytest.raises(ValueError, match="value_max"):
+        assign_values(list(range(10)), {}, 1, 5)
+
+
+def test_placement_plans_consolidate_and_take_gpus():
+    nodes = [Node("n1", gpus=4, gpus_alloc=3), Node("n2", gpus=4), Node("n3", gpus=4, gpus_alloc=2)]
+    jobs = [
+        Job(job_id=1, gpus=4, gpus_per_node=0, state=JobState.PENDING, comment="model=vgg16"),
+        Job(job_id=2, gpus=2, gpus_per_node=0, state=JobState.PENDING, comment="model=vgg16"),
+        Job(job_id=3, gpus=4, gpus_per_node=0, state=JobState.PENDING, comment="model=vgg16"),
+        Job(job_id=4, gpus=8, gpus_per_node=4, num_nodes=2, state=JobState.PENDING),
+    ]
+    plan = plan_placements(jobs, nodes, "consolidate")
+    assert plan[1] == ("n2",)  # the only whole free node
+    assert plan[2] == ("n3",)  # best fit: exactly 2 free there
+    assert plan[3] is None  # 1 GPU left in total: must wait
+    assert plan[4] is None  # per-node multi-node request: never rewritten
+
+
+def test_store_migrates_and_refuses_newer(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.pin(5, "admin")
+    store.close()
+    ro = Store(path, readonly=True)
+    assert ro.pins() == {5}
+    with pytest.raises(sqlite3.OperationalError):
+        ro.pin(6, "x")  # read-only really is read-only
+    ro.close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="newer than this release"):
+        Store(path)
+    with pytest.raises(StoreError, match="store not found"):
+        Store(tmp_path / "missing.db", readonly=True)
