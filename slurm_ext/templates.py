@@ -33,7 +33,7 @@ VAR_RE = re.compile(r"^## var\s+(\S+)\s*=\s*(.*?)\s*\|\s*(.*?)\s*$")
 TITLE_PREFIX = "## slurm-ext template:"
 BUILTINS = ("templates_dir",)
 TEMPLATE_SUFFIX = ".sbatch"
-HINT_KEYS = ("model", "elastic", "opportunistic", "opt_out", "slurm_ext")
+HINT_KEYS = ("model", "elastic", "opportunistic", "checkpoint", "opt_out", "slurm_ext")
 # Options that ask for a GPU (or a slice of one).
 GPU_OPTIONS = ("--gpus", "-G", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket")
 GPU_GRES_RE = re.compile(r"(?:^|,)(?:gres:)?(gpu|shard|mps)(?::|,|$)")
@@ -307,6 +307,14 @@ def _check_hints(lines: list[str], d: _Directives) -> list[Problem]:
     ):
         problems.append(
             Problem(lineno, "hints have no model=TAG (add one, or slurm_ext=off to opt out)")
+        )
+    if hints.checkpoint and d.get("--requeue") is None:
+        problems.append(
+            Problem(
+                lineno,
+                "hint checkpoint=1 without #SBATCH --requeue: Slurm will not requeue the job",
+                "warning",
+            )
         )
     expected = {
         "model": hints.model,
