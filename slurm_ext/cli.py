@@ -39,3 +39,7 @@ for _cmd in (serve, queue, explain, nodes, pin, unpin):
 from slurm_ext.predict.cli import predict  # noqa: E402
 
 main.add_command(predict)
+
+
+if __name__ == "__main__":
+    main()

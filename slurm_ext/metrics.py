@@ -138,7 +138,13 @@ def serve_http(
                 metrics.reports_refused.labels(reason="malformed").inc()
                 self._reply(400, f"malformed reports: {exc}\n".encode())
                 return
-            n = on_reports(reports)
+            try:
+                n = on_reports(reports)
+            except Exception as exc:  # the store failed: tell the agent to retry later
+                log.error("could not store %d reports: %s", len(reports), exc)
+                metrics.reports_refused.labels(reason="store").inc()
+                self._reply(503, b"store unavailable, retry later\n")
+                return
             metrics.reports.inc(len(reports))
             self._reply(200, f'{{"accepted": {n}}}\n'.encode(), "application/json")
 

@@ -91,7 +91,9 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             sys.exit(2)
     server = None
     if cfg.port and not once:
-        server = serve_http(cfg.listen, cfg.port, metrics, secret, store.add_reports)
+        server = serve_http(
+            cfg.listen, cfg.port, metrics, secret, lambda r: _save_reports(cfg.store, r)
+        )
         log.info("metrics and reports on http://%s:%d", cfg.listen, server.server_address[1])
     service = Service(cfg, _client(cfg), store, dry_run=dry_run, metrics=metrics)
     log.info(
@@ -109,6 +111,15 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             server.shutdown()
         store.close()
     sys.exit(rc)
+
+
+def _save_reports(path: str, reports) -> int:
+    """Called on the HTTP thread: SQLite connections stay in the thread that made them."""
+    store = Store(path)
+    try:
+        return store.add_reports(reports)
+    finally:
+        store.close()
 
 
 def _fmt_gpu_s(v: float) -> str:

@@ -1,0 +1,291 @@
+"""The service against a real slurmctld: start order, restart safety, outages, config errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from nodeagent.report import SIGNATURE_HEADER, JobReport, encode_reports, sign
+from slurm_ext.testing.cluster import LocalCluster
+
+SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
+pytestmark = pytest.mark.slurm
+
+
+def write_config(path: Path, cluster: LocalCluster, **extra: object) -> Path:
+    top: dict[str, object] = {
+        "interval_s": 0.5,
+        "store": f'"{path.parent / "service.db"}"',
+        "port": 0,
+    }
+    policy: dict[str, object] = {"queue_thresholds_gpu_s": "[10.0]", "min_run_s": "0.0"}
+    for key, value in extra.items():
+        if key.startswith("policy_"):
+            policy[key[7:]] = value
+        else:
+            top[key] = value
+    lines = [f"{k} = {v}" for k, v in top.items()]
+    lines += ["[slurm]", 'backend = "cli"', f'slurm_conf = "{cluster.conf_path}"', "timeout_s = 10"]
+    lines += ["[policy]"] + [f"{k} = {v}" for k, v in policy.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run([*SLURM_EXT, *args], capture_output=True, text=True, timeout=60)
+    if check and res.returncode != 0:
+        raise AssertionError(
+            f"slurm-ext {' '.join(args)} -> {res.returncode}\n{res.stdout}\n{res.stderr}"
+        )
+    return res
+
+
+def start_service(config: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*SLURM_EXT, "serve", "--config", str(config)],
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        proc.wait(15)
+
+
+def squeue(cluster: LocalCluster) -> dict[int, tuple[str, str]]:
+    out = cluster.run("squeue", "-h", "-o", "%i %T %j")
+    return {int(i): (s, n) for i, s, n in (line.split() for line in out.splitlines())}
+
+
+def run_backlog_scenario(
+    cluster: LocalCluster, service: subprocess.Popen | None, config: Path | None
+) -> list[str]:
+    """Long jobs run and gain GPU service, get requeued behind a blocker, short jobs
+    arrive; when the blocker ends, which jobs does slurmctld start first?"""
+    c = cluster
+    longs = [c.sbatch("-N1", "--gres=gpu:4", "-J", f"long{i}") for i in range(4)]
+    wait_for(
+        lambda: all(squeue(c).get(j, ("",))[0] == "RUNNING" for j in longs),
+        what="long jobs running",
+    )
+    time.sleep(4)  # 4 GPUs x 4 s = 16 GPU-s > the 10 GPU-s queue threshold
+    for j in longs:
+        c.run("scontrol", "requeuehold", str(j))
+    blocker = c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
+    wait_for(lambda: squeue(c).get(blocker, ("",))[0] == "RUNNING", what="blocker running")
+    for j in longs:
+        c.run("scontrol", "release", str(j))
+        c.run("scontrol", "update", f"JobId={j}", "StartTime=now")  # drop Slurm's requeue delay
+    shorts = [c.sbatch("-N1", "--gres=gpu:4", "-J", f"short{i}") for i in range(4)]
+    if service is not None:
+        # wait until the service has ranked every waiting job and written its value
+        def written() -> bool:
+            rows = json.loads(cli("queue", "--json", "--config", str(config)).stdout)["jobs"]
+            vals = {r["job_id"]: r["value_set"] for r in rows if r["state"] == "PENDING"}
+            return len(vals) == 8 and all(v is not None for v in vals.values())
+
+        wait_for(written, timeout=30, what="service wrote values for all waiting jobs")
+    c.run("scancel", str(blocker))
+    running = wait_for(
+        lambda: (
+            (names := [n for s, n in squeue(c).values() if s == "RUNNING" and n != "blocker"])
+            and len(names) == 4
+            and names
+        ),
+        timeout=30,
+        what="four jobs started after the blocker",
+    )
+    return sorted(running)
+
+
+def test_short_jobs_overtake_the_backlog_only_with_the_service(clean_queue, tmp_path):
+    c = clean_queue
+    # service off: slurmctld alone starts the waiting jobs FIFO (the long ones, submitted first)
+    assert run_backlog_scenario(c, None, None) == ["long0", "long1", "long2", "long3"]
+    cli_cancel = c.run("scancel", "--full", f"--partition={c.partition}", check=False)
+    assert cli_cancel == ""
+    wait_for(lambda: not squeue(c), what="queue empty")
+    # service on: the long jobs gained 16 GPU-s each and sit in queue 1; shorts go first
+    config = write_config(tmp_path / "service.toml", c)
+    proc = start_service(config, tmp_path / "service.log")
+    try:
+        assert run_backlog_scenario(c, proc, config) == ["short0", "short1", "short2", "short3"]
+        sprio = c.run("sprio", "-h", "-o", "%i %Y %S %A %F %Q")
+        rows = [line.split() for line in sprio.splitlines()]
+        assert rows and all(len(r) == 6 for r in rows)  # multifactor components still shown
+        assert all(int(r[1]) >= int(r[2]) > 0 for r in rows)  # priority includes our site factor
+    finally:
+        stop(proc)
+    log = (tmp_path / "service.log").read_text()
+    assert "pass:" in log and "jobs ranked" in log
+
+
+def test_restart_resumes_from_the_store_without_rewrites(clean_queue, tmp_path):
+    c = clean_queue
+    config = write_config(tmp_path / "service.toml", c)
+    runner = c.sbatch("--gres=gpu:4", "-J", "runner")
+    c.sbatch("-N4", "--gres=gpu:4", "-J", "waiting-big")
+    for i in range(3):
+        c.sbatch("--gres=gpu:4", "-N4", "-J", f"w{i}")
+    proc = start_service(config, tmp_path / "service.log")
+    try:
+        wait_for(lambda: "writes" in (tmp_path / "service.log").read_text(), what="first pass")
+        time.sleep(2)
+    finally:
+        stop(proc, signal.SIGKILL)  # no clean shutdown
+    before = json.loads(cli("explain", str(runner), "--json", "--config", str(config)).stdout)
+    assert before["attained_gpu_s"] > 0
+    queue_before = {
+        r["job_id"]: r["value_set"]
+        for r in json.loads(cli("queue", "--json", "--config", str(config)).stdout)["jobs"]
+    }
+    res = cli("serve", "--once", "--config", str(config))
+    assert "0 writes" in res.stderr, res.stderr
+    after = json.loads(cli("explain", str(runner), "--json", "--config", str(config)).stdout)
+    assert after["attained_gpu_s"] >= before["attained_gpu_s"]  # no lost service
+    queue_after = {
+        r["job_id"]: r["value_set"]
+        for r in json.loads(cli("queue", "--json", "--config", str(config)).stdout)["jobs"]
+    }
+    assert queue_after == queue_before
+
+
+def test_dry_run_writes_nothing_and_pins_holds_are_untouched(clean_queue, tmp_path):
+    c = clean_queue
+    config = write_config(tmp_path / "service.toml", c)
+    c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
+    jobs = [c.sbatch("--gres=gpu:1", "-J", f"p{i}") for i in range(3)]
+    held = c.sbatch("--gres=gpu:1", "--hold", "-J", "held")
+    res = cli("serve", "--once", "--dry-run", "--config", str(config))
+    assert "dry run, not written" in res.stderr
+    assert "SITE" in c.run("sprio", "-l")
+    assert all(r.split()[1] == "0" for r in c.run("sprio", "-h", "-o", "%i %S").splitlines())
+    cli("pin", str(jobs[0]), "--config", str(config))
+    cli("serve", "--once", "--config", str(config))
+    site = dict(r.split() for r in c.run("sprio", "-h", "-o", "%i %S").splitlines())
+    assert site[str(jobs[0])] == "0"  # pinned: untouched
+    assert int(site[str(jobs[1])]) > int(site[str(jobs[2])]) > 0  # FIFO among equals
+    assert "Priority=0" in c.run("scontrol", "show", "job", str(held))  # still held
+    text = cli("explain", str(jobs[0]), "--config", str(config)).stdout
+    assert "pinned by an admin" in text
+
+
+def test_controller_outage_backs_off_and_catches_up(tmp_path):
+    with LocalCluster(nodes=1, gpus_per_node=2, root=tmp_path / "c") as c:
+        config = write_config(tmp_path / "service.toml", c)
+        log = tmp_path / "service.log"
+        running = c.sbatch("--gres=gpu:1", "-J", "r")
+        wait_for(lambda: squeue(c).get(running, ("",))[0] == "RUNNING", what="job running")
+        t_start = time.time()
+        proc = start_service(config, log)
+        try:
+            wait_for(lambda: "jobs ranked" in log.read_text(), what="first pass")
+            c.stop_slurmctld()
+            wait_for(lambda: "pass failed" in log.read_text(), timeout=40, what="failure logged")
+            time.sleep(8)
+            assert proc.poll() is None  # still alive
+            failures = log.read_text().count("pass failed")
+            assert failures <= 6  # backs off instead of hammering (interval 0.5 s)
+            c.start_slurmctld()
+            wait_for(lambda: "reachable again" in log.read_text(), timeout=90, what="catch-up")
+            outage_and_all = time.time() - t_start
+        finally:
+            stop(proc)
+        info = json.loads(cli("explain", str(running), "--json", "--config", str(config)).stdout)
+        assert info["slurm_state"] == "RUNNING", (info, c.run("squeue"), log.read_text()[-3000:])
+        # counted from Slurm's StartTime, so the outage lost nothing (1 GPU)
+        assert info["attained_gpu_s"] >= outage_and_all - 2
+
+
+def test_bad_config_exits_2_naming_key_and_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('mode = "absolute"\n')
+    res = cli("serve", "--config", str(bad), check=False)
+    assert res.returncode == 2 and f"{bad}: mode: must be one of" in res.stderr
+    bad.write_text("[policy]\nstarvation_factor = -1.0\n")
+    res = cli("queue", "--config", str(bad), check=False)
+    assert res.returncode == 2 and "policy" in res.stderr and "starvation_factor" in res.stderr
+    res = cli("serve", "--config", str(tmp_path / "nope.toml"), check=False)
+    assert res.returncode == 2 and "file not found" in res.stderr
+
+
+def test_metrics_and_signed_reports(clean_queue, tmp_path):
+    c = clean_queue
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    port = 20000 + os.getpid() % 20000
+    config = write_config(tmp_path / "service.toml", c, port=port, report_secret_file=f'"{secret}"')
+    proc = start_service(config, tmp_path / "service.log")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        text = wait_for(lambda: _get(base + "/metrics"), what="metrics endpoint")
+        wait_for(
+            lambda: "slurm_ext_jobs_ranked" in (_get(base + "/metrics") or ""), what="pass metrics"
+        )
+        assert "slurm_ext_pass_duration_seconds_count" in _get(base + "/metrics")
+        rep = JobReport(
+            node="node1",
+            job_id=77,
+            gpu_seconds=10.0,
+            gpu_util_mean=0.5,
+            gpu_util_peak=0.9,
+            gpu_mem_peak_bytes=1 << 30,
+            cpu_cores_alloc=4,
+            cpu_cores_used=2.5,
+            gpu_energy_j=100.0,
+            cpu_energy_j=20.0,
+            gpu_uuids=("GPU-x",),
+            gpu_type="sim",
+            samples=3,
+            period_start=1.0,
+            period_end=11.0,
+        )
+        body = encode_reports("node1", [rep])
+        assert _post(base + "/v1/reports", body, "deadbeef") == 401
+        assert _post(base + "/v1/reports", body, sign(body, secret.read_bytes().strip())) == 200
+        assert "slurm_ext_writes_total" in text
+        final = _get(base + "/metrics")
+        assert 'slurm_ext_reports_refused_total{reason="signature"} 1.0' in final
+        assert "slurm_ext_reports_received_total 1.0" in final
+    finally:
+        stop(proc)
+    from slurm_ext.store import Store
+
+    stored = Store(tmp_path / "service.db", readonly=True).reports(77)
+    assert len(stored) == 1 and stored[0].gpu_energy_j == 100.0
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def _post(url: str, body: bytes, signature: str) -> int:
+    req = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={SIGNATURE_HEADER: signature, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
