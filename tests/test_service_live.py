@@ -89,7 +89,8 @@ def run_backlog_scenario(
     for j in longs:
         c.run("scontrol", "release", str(j))
         c.run("scontrol", "update", f"JobId={j}", "StartTime=now")  # drop Slurm's requeue delay
-    shorts = [c.sbatch("-N1", "--gres=gpu:4", "-J", f"short{i}") for i in range(4)]
+    for i in range(4):
+        c.sbatch("-N1", "--gres=gpu:4", "-J", f"short{i}")
     if service is not None:
         # wait until the service has ranked every waiting job and written its value
         def written() -> bool:
