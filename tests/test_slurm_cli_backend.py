@@ -244,6 +244,10 @@ def test_hold_and_release(clean_queue, client):
 def test_required_nodes_steer_the_job(clean_queue, client):
     c = clean_queue
     job_id = c.sbatch("--gres=gpu:1", "--hold", "-J", "pin")
+    client.set_placement(job_id, required_nodes=["node1"], num_nodes=1)
+    assert _job(client, job_id).required_nodes == ("node1",)
+    client.set_placement(job_id, required_nodes=[])  # clears it
+    assert _job(client, job_id).required_nodes == ()
     client.set_placement(job_id, required_nodes=["node3"], num_nodes=1)
     assert _job(client, job_id).required_nodes == ("node3",)
     client.release(job_id)

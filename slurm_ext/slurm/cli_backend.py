@@ -123,8 +123,10 @@ class CliSlurmClient:
         return data[key]
 
     def _update(self, job_id: int, **fields: str | int) -> None:
-        args = " ".join(f"{k}={v}" for k, v in fields.items())
-        self._run(["scontrol", "update", f"JobId={int(job_id)}", *args.split(" ")])
+        # one argv item per field; an empty value (ReqNodeList=) clears the field
+        self._run(
+            ["scontrol", "update", f"JobId={int(job_id)}", *(f"{k}={v}" for k, v in fields.items())]
+        )
 
     # ---- reads ----------------------------------------------------------------------
     def jobs(self, states: Sequence[str] = ("PENDING", "RUNNING", "SUSPENDED")) -> list[Job]:
@@ -174,9 +176,9 @@ class CliSlurmClient:
     ) -> None:
         fields: dict[str, str | int] = {}
         if required_nodes is not None:
-            fields["ReqNodeList"] = ",".join(required_nodes) or '""'
+            fields["ReqNodeList"] = ",".join(required_nodes)
         if excluded_nodes is not None:
-            fields["ExcNodeList"] = ",".join(excluded_nodes) or '""'
+            fields["ExcNodeList"] = ",".join(excluded_nodes)
         if num_nodes is not None:
             fields["NumNodes"] = int(num_nodes)
         if fields:
