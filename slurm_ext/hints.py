@@ -48,7 +48,14 @@ def parse_hints(comment: str | None) -> Hints:
     values: dict[str, str] = {}
     for token in _SPACE_RE.split(comment or ""):
         key, sep, value = token.partition("=")
-        if sep and key in ("model", "elastic", "opportunistic", "opt_out", "slurm_ext", "checkpoint"):
+        if sep and key in (
+            "model",
+            "elastic",
+            "opportunistic",
+            "opt_out",
+            "slurm_ext",
+            "checkpoint",
+        ):
             values[key] = value
     errors: list[str] = []
     model = values.get("model")
@@ -76,7 +83,13 @@ def parse_hints(comment: str | None) -> Hints:
     if "slurm_ext" in values and not all_off:
         errors.append(f"slurm_ext: only 'off' is meaningful, got {values['slurm_ext']!r}")
     return Hints(
-        model, elastic, opportunistic, frozenset(opt_out), all_off, tuple(errors), checkpoint=checkpoint
+        model,
+        elastic,
+        opportunistic,
+        frozenset(opt_out),
+        all_off,
+        tuple(errors),
+        checkpoint=checkpoint,
     )
 
 

@@ -54,6 +54,13 @@ def test_python_parser(case) -> None:
     )
 
 
+def test_checkpoint_flag() -> None:
+    assert parse_hints("model=a checkpoint=1").checkpoint is True
+    assert parse_hints("checkpoint=0").checkpoint is False
+    h = parse_hints("checkpoint=yes")
+    assert h.checkpoint is False and "checkpoint" in " ".join(h.errors)
+
+
 def test_invalid_values_are_named() -> None:
     h = parse_hints("elastic=4-1 opportunistic=maybe opt_out=ram model=a;b")
     text = " ".join(h.errors)
