@@ -254,6 +254,8 @@ def test_cli_build_show_apply(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     t = load_table(table)
     assert t.rows[("bert", "*")].gpus == 3
+    r = CliRunner().invoke(predict, ["elastic", "--workloads", str(wl), "--free-gpus", "2"])
+    assert r.exit_code == 0 and r.output == "bert\t2\n"
     r = CliRunner().invoke(predict, ["show", "resnet50", "--table", str(table)])
     assert r.exit_code == 0 and "knee fit" in r.output and "samples" in r.output
     r = CliRunner().invoke(predict, ["show", "unknown", "--table", str(table)])
