@@ -4,7 +4,7 @@
 # Idempotent: skips apt when the packages are already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.3"
+PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
