@@ -1,8 +1,9 @@
 """The sbatch templates on a real local Slurm: --test-only for each, real tiny trainings
-(single process, 2-node DDP over gloo), and checkpoint-and-requeue surviving a requeue.
+(single process, 2-node DDP over gloo, an elastic job resized by the submit hook), and
+checkpoint-and-requeue surviving a requeue.
 
-Uses its own 2-node cluster that also offers gres/shard (the opportunistic template asks
-for a GPU slice), so the session cluster's configuration stays as it is.
+Uses its own 2-node cluster configured with etc/slurm.conf.snippet (gres/shard for the
+opportunistic template, the lua submit hook), so the session cluster stays as it is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
+from slurm_ext.predict.hook import render_hook
 from slurm_ext.templates import load_template, render, template_names
 from slurm_ext.testing.cluster import LocalCluster
 
@@ -40,38 +42,82 @@ needs_torch = pytest.mark.skipif(
 )
 
 
-class ShardCluster(LocalCluster):
-    """LocalCluster whose nodes also offer gres/shard (4 shards per GPU) and whose requeued
-    jobs may restart after 6 s instead of 121 s (Slurm holds a requeued job for
-    AuthInfo cred_expire + 1 s, default 120 s, and refuses an earlier StartTime=now launch)."""
+SNIPPET = Path(__file__).resolve().parents[1] / "etc" / "slurm.conf.snippet"
+# the hook's table: elastic jobs of model mlp-elastic get 2 GPUs and 3 cores per GPU
+TABLE = "# slurm-ext predictor table v1\nmlp-elastic\t*\t3\t2\n# end 1\n"
+
+
+def snippet_settings() -> dict[str, str]:
+    """The active `Key=Value` lines of etc/slurm.conf.snippet."""
+    settings = {}
+    for line in SNIPPET.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.strip().partition("=")
+            assert sep, f"{SNIPPET}: not Key=Value: {line!r}"
+            settings[key] = value
+    return settings
+
+
+class SnippetCluster(LocalCluster):
+    """LocalCluster configured with etc/slurm.conf.snippet merged in (priority weights,
+    the lua hook, cons_tres, DefCpuPerGPU, gres/shard: 4 shards per GPU). Its requeued
+    jobs may restart after 6 s instead of 121 s: Slurm holds a requeued job for AuthInfo
+    cred_expire + 1 s (default 120 s) and refuses an earlier StartTime=now launch."""
 
     def _write_files(self) -> None:
         super()._write_files()
         assert self.root is not None
-        shards = 4 * self.gpus_per_node
-        conf = self.conf_path.read_text()
-        conf = conf.replace("GresTypes=gpu\n", "GresTypes=gpu,shard\n")
-        conf = conf.replace("/munge/munge.socket\n", "/munge/munge.socket,cred_expire=5\n", 1)
-        conf = conf.replace(
-            f" Gres=gpu:{self.gpus_per_node} ", f" Gres=gpu:{self.gpus_per_node},shard:{shards} "
-        )
-        for part in ("shard:", "GresTypes=gpu,shard", "cred_expire=5"):
+        settings = snippet_settings()
+        lines, merged = [], set()
+        for line in self.conf_path.read_text().splitlines():
+            key = line.partition("=")[0]
+            if key in settings:
+                line = f"{key}={settings[key]}"
+                merged.add(key)
+            if key == "NodeName" and line.startswith("NodeName=DEFAULT"):
+                lines += [f"{k}={v}" for k, v in settings.items() if k not in merged]
+                merged.update(settings)
+                line = line.replace(
+                    f" Gres=gpu:{self.gpus_per_node} ",
+                    f" Gres=gpu:{self.gpus_per_node},shard:{4 * self.gpus_per_node} ",
+                )
+            if line.startswith("AuthInfo="):
+                line += ",cred_expire=5"
+            lines.append(line)
+        conf = "\n".join(lines) + "\n"
+        for part in ("shard:", "GresTypes=gpu,shard", "cred_expire=5", "JobSubmitPlugins=lua"):
             assert part in conf, f"harness slurm.conf changed: no {part}"
         self.conf_path.write_text(conf)
         gres = self.root / "etc" / "gres.conf"
+        shards = 4 * self.gpus_per_node
         gres.write_text(
             gres.read_text() + f"NodeName=node[1-{self.nodes}] Name=shard Count={shards}\n"
         )
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    c = ShardCluster(nodes=2, gpus_per_node=4, cpus_per_node=16)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    table = tmp_path_factory.mktemp("predictor") / "predictor.tsv"
+    table.write_text(TABLE)
+    c = SnippetCluster(
+        nodes=2, gpus_per_node=4, cpus_per_node=16, job_submit_lua=render_hook(table)
+    )
     c.start()
     try:
         yield c
     finally:
         c.cleanup()
+
+
+def test_snippet_settings_are_live(cluster: LocalCluster) -> None:
+    config = cluster.run("scontrol", "show", "config")
+    for key in ("PriorityWeightAge", "JobSubmitPlugins", "GresTypes", "SelectType"):
+        assert re.search(rf"^{key}\s*=\s*{re.escape(snippet_settings()[key])}\s*$", config, re.M), (
+            key
+        )
+    want = snippet_settings()["DefCpuPerGPU"]
+    assert re.search(rf"^JobDefaults\s*=\s*DefCpuPerGPU={want}$", config, re.M)
+    assert "shard:16" in cluster.run("sinfo", "-h", "-N", "-o", "%G")
 
 
 def write_job(tmp_path: Path, name: str, **values: str) -> Path:
@@ -217,3 +263,28 @@ def test_requeue_template_checkpoints_and_requeues_itself_on_usr1(
     assert f"scontrol requeue {job}" in text
     summary = done_summary(output)
     assert summary["restart_count"] == 1 and summary["resumed_from"] >= 1
+
+
+@needs_torch
+def test_elastic_template_runs_on_the_gpu_count_the_hook_grants(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    script = write_job(
+        tmp_path,
+        "elastic",
+        model="mlp-elastic",
+        min_gpus="1",
+        max_gpus="4",
+        global_batch="64",
+        args="--epochs 1 --steps-per-epoch 5",
+    )
+    job = submit(cluster, script)
+    # asked for gpu:1; the hook's table says 2 GPUs and 3 cores per GPU for mlp-elastic
+    assert job_field(cluster, job, "TresPerNode") == "gres:gpu:2"
+    assert job_field(cluster, job, "CpusPerTres") == "gres:gpu:3"
+    state = wait_done(cluster, job)
+    output = tmp_path / f"train-elastic-{job}.out"
+    text = output.read_text()
+    assert state == "COMPLETED", text
+    assert "granted 2 GPUs (range 1-4), batch 32 per GPU" in text
+    assert done_summary(output)["world_size"] == 2
