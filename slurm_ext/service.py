@@ -105,7 +105,8 @@ def fold_jobs(
     """Advance attained-service records with a fresh snapshot.
 
     Returns the updated records (done ones included, marked) and completions
-    (job_id, gpu_s, run_s, end_time) for the Gittins history.
+    (job_id, gpu_s, run_s, end_time) for the Gittins history. A stint's start is
+    Slurm's StartTime, so a service restart loses nothing of a running stint.
     """
     out: dict[int, JobRecord] = {}
     completions: list[tuple[int, float, float, float]] = []
@@ -115,55 +116,75 @@ def fold_jobs(
         prev = records.get(job.job_id)
         if prev is not None and prev.done:
             continue
-        rec = prev or JobRecord(
-            job_id=job.job_id,
-            user=job.user,
-            partition=job.partition,
-            name=job.name,
-            model_tag=parse_hints(job.comment).model,
-            gpus=job.gpus,
-            submit_time=job.submit_time,
-            closed_gpu_s=0.0,
-            closed_run_s=0.0,
-            last_run_s=0.0,
-            run_start=None,
-            waiting_since=job.submit_time or now,
-            last_seen=now,
-            state="PENDING",
-            done=False,
-        )
-        rec = replace(
-            rec,
-            gpus=job.gpus or rec.gpus,
-            partition=job.partition,
-            model_tag=parse_hints(job.comment).model,
-        )
-        running = job.state in (JobState.RUNNING, JobState.COMPLETING)
-        if running:
+        if prev is None:
+            prev = JobRecord(
+                job_id=job.job_id,
+                user=job.user,
+                partition=job.partition,
+                name=job.name,
+                model_tag=parse_hints(job.comment).model,
+                gpus=job.gpus,
+                submit_time=job.submit_time,
+                closed_gpu_s=0.0,
+                closed_run_s=0.0,
+                last_run_s=0.0,
+                run_start=None,
+                waiting_since=job.submit_time or now,
+                last_seen=now,
+                state="PENDING",
+                done=False,
+            )
+        gpus = job.gpus or prev.gpus
+        closed_gpu, closed_run, last_run = prev.closed_gpu_s, prev.closed_run_s, prev.last_run_s
+        run_start, waiting = prev.run_start, prev.waiting_since
+        state = job.state
+        terminal = state.value in TERMINAL
+
+        def close(end: float, gpus: int = gpus) -> None:
+            nonlocal closed_gpu, closed_run, last_run, run_start
+            run = max(0.0, end - run_start)  # type: ignore[operator]
+            closed_gpu += run * gpus
+            closed_run += run
+            last_run = run
+            run_start = None
+
+        if state in (JobState.RUNNING, JobState.COMPLETING):
             start = job.start_time or now
-            if rec.run_start is None:
+            if run_start is None:
                 # fresh start (Slurm's StartTime is exact) or resume from suspend (now)
-                rec = replace(
-                    rec, run_start=start if rec.state != "SUSPENDED" else now, waiting_since=None
-                )
-            elif start > rec.run_start + 1 and rec.state != "SUSPENDED":
+                run_start = start if prev.state != "SUSPENDED" else now
+                waiting = None
+            elif start > run_start + 1 and prev.state != "SUSPENDED":
                 # requeued and restarted between two passes: close the old stint
-                rec = _close(rec, min(rec.last_seen, start))
-                rec = replace(rec, run_start=start, waiting_since=None)
-        elif rec.run_start is not None:
-            if job.state.value in TERMINAL:
-                rec = _close(rec, job.end_time or rec.last_seen)
-            elif job.state == JobState.SUSPENDED:
-                rec = _close(rec, now)
+                close(min(prev.last_seen, start))
+                run_start, waiting = start, None
+        elif run_start is not None:
+            if terminal:
+                close(job.end_time or prev.last_seen)
+            elif state == JobState.SUSPENDED:
+                close(now)
             else:  # back to pending: requeued or preempted
-                rec = replace(_close(rec, rec.last_seen), waiting_since=now)
-        if job.state.value in TERMINAL:
-            rec = replace(rec, done=True)
-            if rec.closed_gpu_s > 0:
-                completions.append(
-                    (job.job_id, rec.closed_gpu_s, rec.closed_run_s, job.end_time or now)
-                )
-        out[job.job_id] = replace(rec, last_seen=now, state=job.state.value)
+                close(prev.last_seen)
+                waiting = now
+        if terminal and closed_gpu > 0:
+            completions.append((job.job_id, closed_gpu, closed_run, job.end_time or now))
+        out[job.job_id] = JobRecord(
+            job_id=prev.job_id,
+            user=prev.user,
+            partition=job.partition,
+            name=prev.name,
+            model_tag=prev.model_tag,
+            gpus=gpus,
+            submit_time=prev.submit_time,
+            closed_gpu_s=closed_gpu,
+            closed_run_s=closed_run,
+            last_run_s=last_run,
+            run_start=run_start,
+            waiting_since=waiting,
+            last_seen=now,
+            state=state.value,
+            done=terminal,
+        )
     for job_id, rec in records.items():
         if job_id in seen or rec.done:
             continue
@@ -174,6 +195,25 @@ def fold_jobs(
             completions.append((job_id, rec.closed_gpu_s, rec.closed_run_s, rec.last_seen))
         out[job_id] = replace(rec, done=True, state="GONE")
     return out, completions
+
+
+def _persisted(rec: JobRecord | None) -> tuple | None:
+    """The fields a pass can change, but last_seen (bumped every pass, not persisted each time)."""
+    if rec is None:
+        return None
+    return (
+        rec.state,
+        rec.run_start,
+        rec.waiting_since,
+        rec.closed_gpu_s,
+        rec.gpus,
+        rec.partition,
+        rec.done,
+    )
+
+
+def _decision_key(d: DecisionRecord) -> tuple:
+    return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement)
 
 
 def _close(rec: JobRecord, end: float) -> JobRecord:
@@ -258,6 +298,22 @@ class Service:
         self.metrics = metrics
         self._stop = threading.Event()
         self.failures = 0
+        # in-memory copies of the store's tables; the store is written only where they change
+        self._records: dict[int, JobRecord] | None = None
+        self._decisions: dict[int, DecisionRecord] | None = None
+
+    def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
+        if self._records is None or self._decisions is None:
+            last = self.store.last_pass()
+            seen_at = last["started_at"] if last else 0.0
+            # every active job in the store was seen at the last pass (last_seen is not
+            # persisted each pass: it would rewrite every row)
+            self._records = {
+                j: replace(r, last_seen=max(r.last_seen, seen_at))
+                for j, r in self.store.jobs().items()
+            }
+            self._decisions = self.store.decisions()
+        return self._records, self._decisions
 
     def managed(self, job: Job) -> bool:
         return not self.config.partitions or job.partition in self.config.partitions
@@ -268,8 +324,13 @@ class Service:
         res = PassResult(started_at=now)
         jobs = self.client.jobs(states=ACTIVE + TERMINAL)
         nodes = self.client.nodes()
-        records, completions = fold_jobs(self.store.jobs(), jobs, now)
-        self.store.save_jobs(records.values(), completions)
+        old_records, stored = self._load()
+        records, completions = fold_jobs(old_records, jobs, now)
+        self.store.save_jobs(
+            [r for j, r in records.items() if _persisted(r) != _persisted(old_records.get(j))],
+            completions,
+        )
+        self._records = {j: r for j, r in records.items() if not r.done}
         history = self.store.history_gpu_s(self.config.policy.history_window)
         active = [j for j in jobs if j.state.active and self.managed(j)]
         views = [job_view(j, records[j.job_id], now) for j in active]
@@ -277,7 +338,6 @@ class Service:
         res.decisions, res.ranked = decisions, len(decisions)
         by_id = {j.job_id: j for j in active}
         pins = self.store.pins()
-        stored = self.store.decisions()
         targets = [
             by_id[d.job_id]
             for d in decisions
@@ -309,24 +369,28 @@ class Service:
             if self.config.preemption == "requeue":
                 self._preempt(res, decisions, by_id, nodes, pins)
         res.placements = {j: p for j, p in placements.items() if p}
+        fresh: dict[int, DecisionRecord] = {}
+        for d in decisions:
+            rec = DecisionRecord(
+                job_id=d.job_id,
+                rank=d.rank,
+                queue=d.queue,
+                gittins=d.index,
+                promoted=d.promoted,
+                reason=d.reason,
+                value=written.get(d.job_id),
+                mode=self.config.mode,
+                placement=placed.get(d.job_id),
+                decided_at=now,
+            )
+            old = stored.get(d.job_id)
+            same = old is not None and _decision_key(old) == _decision_key(rec)
+            fresh[d.job_id] = old if same else rec
         self.store.save_decisions(
-            [
-                DecisionRecord(
-                    job_id=d.job_id,
-                    rank=d.rank,
-                    queue=d.queue,
-                    gittins=d.index,
-                    promoted=d.promoted,
-                    reason=d.reason,
-                    value=written.get(d.job_id),
-                    mode=self.config.mode,
-                    placement=placed.get(d.job_id),
-                    decided_at=now,
-                )
-                for d in decisions
-            ],
-            drop=[j for j in stored if j not in by_id],
+            [r for j, r in fresh.items() if r is not stored.get(j)],
+            drop=[j for j in stored if j not in fresh],
         )
+        self._decisions = fresh
         res.duration_s = time.monotonic() - t0
         self.store.record_pass(
             now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run

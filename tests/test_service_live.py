@@ -70,6 +70,11 @@ def squeue(cluster: LocalCluster) -> dict[int, tuple[str, str]]:
     return {int(i): (s, n) for i, s, n in (line.split() for line in out.splitlines())}
 
 
+def _reasons(cluster: LocalCluster, jobs: list[int]) -> list[str]:
+    out = cluster.run("squeue", "-h", "-j", ",".join(map(str, jobs)), "-o", "%r")
+    return out.split()
+
+
 def run_backlog_scenario(
     cluster: LocalCluster, service: subprocess.Popen | None, config: Path | None
 ) -> list[str]:
@@ -89,6 +94,12 @@ def run_backlog_scenario(
     for j in longs:
         c.run("scontrol", "release", str(j))
         c.run("scontrol", "update", f"JobId={j}", "StartTime=now")  # drop Slurm's requeue delay
+    # the long jobs must be eligible (no BeginTime delay) and strictly older than the shorts
+    wait_for(
+        lambda: all(r in ("Priority", "Resources") for r in _reasons(c, longs)),
+        what="requeued long jobs eligible",
+    )
+    time.sleep(1.1)
     for i in range(4):
         c.sbatch("-N1", "--gres=gpu:4", "-J", f"short{i}")
     if service is not None:

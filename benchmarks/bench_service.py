@@ -1,0 +1,170 @@
+"""Service pass cost on a recorded-size snapshot: 50,000 pending + 5,000 running jobs.
+
+Measures (a) policy + diff alone (rank, value assignment, change set), the issue's
+target (< 1 s); (b) a whole pass through `Service.run_pass` with the SQLite store and a
+replay client that records writes instead of calling Slurm; (c) writes per pass when
+only a few jobs change. Prints a table of absolute figures and ratios to the targets.
+
+    .venv/bin/python benchmarks/bench_service.py [--pending 50000] [--running 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from slurm_ext.model import Job, JobState, Node
+from slurm_ext.policy import PolicyConfig, rank
+from slurm_ext.service import Service, ServiceConfig, fold_jobs, job_view
+from slurm_ext.store import Store
+from slurm_ext.writeback import assign_values, changed
+
+
+class ReplayClient:
+    """A SlurmClient over a fixed snapshot; writes are counted, not sent."""
+
+    def __init__(self, jobs: list[Job], nodes: list[Node]) -> None:
+        self._jobs, self._nodes = jobs, nodes
+        self.writes = 0
+
+    def jobs(self, states=()):
+        return self._jobs
+
+    def nodes(self):
+        return self._nodes
+
+    def _write(self, *a, **k) -> None:
+        self.writes += 1
+
+    set_priority = set_site_factor = set_nice = set_placement = _write
+    hold = release = suspend = resume = requeue = _write
+
+
+def snapshot(pending: int, running: int, seed: int = 1) -> tuple[list[Job], list[Node], float]:
+    rng = random.Random(seed)
+    now = 1_800_000_000.0
+    nodes = [
+        Node(f"n{i:04d}", state="MIXED", cpus=64, gpus=8, gpus_alloc=8)
+        for i in range(max(1, running // 8 + 1))
+    ]
+    jobs = []
+    for i in range(running):
+        g = rng.choice((1, 1, 1, 2, 4, 8))
+        start = now - rng.expovariate(1 / 7200)
+        jobs.append(
+            Job(
+                job_id=i + 1,
+                user=f"u{i % 200}",
+                partition="gpu",
+                state=JobState.RUNNING,
+                gpus=g,
+                submit_time=start - 600,
+                start_time=start,
+                nodes=(nodes[i // 8].name,),
+            )
+        )
+    for i in range(pending):
+        g = rng.choice((1, 1, 1, 2, 4, 8, 16))
+        jobs.append(
+            Job(
+                job_id=running + i + 1,
+                user=f"u{i % 200}",
+                partition="gpu",
+                state=JobState.PENDING,
+                gpus=g,
+                submit_time=now - rng.uniform(0, 86400),
+                comment="model=resnet50",
+            )
+        )
+    return jobs, nodes, now
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pending", type=int, default=50_000)
+    ap.add_argument("--running", type=int, default=5_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    jobs, nodes, now = snapshot(args.pending, args.running)
+    history = [random.Random(2).lognormvariate(8, 2) for _ in range(5000)]
+    policy = PolicyConfig()
+    rows = []
+
+    # (a) policy + diff on a snapshot whose records already exist
+    records, _ = fold_jobs({}, jobs, now)
+    views = [job_view(j, records[j.job_id], now) for j in jobs]
+    pending_ids = {j.job_id for j in jobs if j.pending}
+    times, current = [], {}
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        decisions = rank(views, now, policy, history)
+        order = [d.job_id for d in decisions if d.job_id in pending_ids]
+        desired = assign_values(order, current, 1, 1_000_000_000)
+        diff = changed(desired, current)
+        times.append(time.perf_counter() - t0)
+        current = desired
+    rows.append(("policy + diff (rank, values, change set)", statistics.median(times), 1.0))
+    first_writes = len(diff) if args.repeat == 1 else len(pending_ids)
+
+    # (b) whole passes through the service shell with the SQLite store
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = ServiceConfig(store=str(Path(tmp) / "s.db"), value_max=1_000_000_000, port=0)
+        client = ReplayClient(jobs, nodes)
+        store = Store(cfg.store)
+        store.add_completions(
+            [(100_000_000 + i, g, g, now - i) for i, g in enumerate(history)], "bench"
+        )
+        svc = Service(cfg, client, store)
+        t0 = time.perf_counter()
+        svc.run_pass(now)
+        first = time.perf_counter() - t0
+        writes_first = client.writes
+        client.writes = 0
+        t0 = time.perf_counter()
+        svc.run_pass(now + 1)
+        steady = time.perf_counter() - t0
+        writes_steady = client.writes
+        # (c) ten new jobs arrive and five finish: writes follow the change, not the queue
+        new = [
+            Job(
+                job_id=10_000_000 + i,
+                user="new",
+                partition="gpu",
+                state=JobState.PENDING,
+                gpus=1,
+                submit_time=now + 2,
+            )
+            for i in range(10)
+        ]
+        done = [replace(j, state=JobState.COMPLETED, end_time=now + 2) for j in jobs[:5]]
+        client._jobs = done + jobs[5:] + new
+        client.writes = 0
+        t0 = time.perf_counter()
+        svc.run_pass(now + 2)
+        changed_pass = time.perf_counter() - t0
+        writes_changed = client.writes
+        store.close()
+    rows.append(("first pass, empty store (all values written)", first, None))
+    rows.append(("steady pass, nothing changed", steady, None))
+    rows.append(("pass with 10 new + 5 finished jobs", changed_pass, None))
+
+    print(
+        f"snapshot: {args.pending} pending + {args.running} running jobs, {len(nodes)} nodes, history {len(history)}"
+    )
+    print(f"{'measure':<48} {'seconds':>9} {'target':>7} {'ratio':>7}")
+    for name, secs, target in rows:
+        ratio = f"{secs / target:.2f}" if target else "-"
+        print(f"{name:<48} {secs:>9.3f} {('<' + str(target)) if target else '-':>7} {ratio:>7}")
+    print(f"{'writes, first pass':<48} {writes_first:>9}")
+    print(f"{'writes, steady pass':<48} {writes_steady:>9}")
+    print(f"{'writes, 10 new + 5 finished':<48} {writes_changed:>9}")
+    print(f"(policy-only first assignment wrote {first_writes} values)")
+
+
+if __name__ == "__main__":
+    main()
