@@ -93,10 +93,11 @@ def run_backlog_scenario(
     wait_for(lambda: squeue(c).get(blocker, ("",))[0] == "RUNNING", what="blocker running")
     for j in longs:
         c.run("scontrol", "release", str(j))
-        c.run("scontrol", "update", f"JobId={j}", "StartTime=now")  # drop Slurm's requeue delay
-    # the long jobs must be eligible (no BeginTime delay) and strictly older than the shorts
+    # requeued jobs wait cred_expire + 1 s (5 + 1 in the harness) before they are eligible;
+    # they must be eligible, and strictly older than the shorts, before the shorts arrive
     wait_for(
         lambda: all(r in ("Priority", "Resources") for r in _reasons(c, longs)),
+        timeout=30,
         what="requeued long jobs eligible",
     )
     time.sleep(1.1)

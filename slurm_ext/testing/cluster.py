@@ -27,7 +27,7 @@ SlurmctldPort={ctld_port}
 SlurmdPort={first_slurmd_port}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge/munge.socket
+AuthInfo=socket={root}/munge/munge.socket,cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
