@@ -20,6 +20,7 @@ from slurm_ext.config import choices
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, place, rank
+from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.slurm.client import SlurmClient, SlurmError
 from slurm_ext.store import DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
@@ -69,6 +70,7 @@ class ServiceConfig:
     backoff_max_s: float = 300.0
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -236,7 +238,8 @@ def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
         attained_gpu_s=rec.attained_gpu_s(now),
         executed_s=rec.executed_s(now),
         running=job.running,
-        last_run_s=rec.last_run_s,
+        # the policy reads the current stint for a running job, the last one for a waiting job
+        last_run_s=(now - rec.run_start) if rec.run_start is not None else rec.last_run_s,
         waiting_since=rec.waiting_since,
         user=job.user,
         partition=job.partition,
@@ -485,6 +488,7 @@ class Service:
                 signal.signal(sig, lambda *_: self.stop())
             except ValueError:  # not the main thread (tests)
                 pass
+        predictor = PeriodicRebuild(self.config.predictor, self.config.store)
         while not self._stop.is_set():
             delay = self.config.interval_s
             try:
@@ -494,6 +498,8 @@ class Service:
                         "Slurm reachable again after %d failed passes; caught up", self.failures
                     )
                 self.failures = 0
+                if not self.dry_run:
+                    predictor.run_if_due()  # logs its own failures, never raises
             except SlurmError as exc:
                 self.failures += 1
                 delay = min(
