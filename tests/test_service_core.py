@@ -143,6 +143,7 @@ def test_job_view_gives_the_policy_the_current_stint():
     recs, _ = fold_jobs({}, [_job(1, "RUNNING", gpus=2, start=100)], now=100)
     view = job_view(_job(1, "RUNNING", gpus=2, start=100), recs[1], now=160)
     assert (view.running, view.last_run_s, view.attained_gpu_s) == (True, 60, 120)
+    recs, _ = fold_jobs(recs, [_job(1, "RUNNING", gpus=2, start=100)], now=200)
     recs, _ = fold_jobs(recs, [_job(1, "PENDING", gpus=2)], now=200)
     view = job_view(_job(1, "PENDING", gpus=2), recs[1], now=300)
     assert (view.running, view.last_run_s, view.waiting_since) == (False, 100, 200)
