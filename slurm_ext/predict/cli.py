@@ -9,11 +9,19 @@ from pathlib import Path
 import click
 
 from slurm_ext.config import ConfigError, load_config
-from slurm_ext.predict.cpu import ANY_GPU, PredictorFile, decide_cpus, default_decision
+from slurm_ext.predict.cpu import (
+    ANY_GPU,
+    PredictorFile,
+    decide_cpus,
+    default_decision,
+    with_elastic_keys,
+)
 from slurm_ext.predict.elastic import ElasticJob, allocate_elastic
+from slurm_ext.predict.from_store import samples_from_store
 from slurm_ext.predict.rewrite import HookConfig, JobRequest, plan_rewrite
 from slurm_ext.predict.samples import SampleError, load_samples
 from slurm_ext.predict.table import TableError, evidence_path, load_table, write_table
+from slurm_ext.store import StoreError
 
 
 def _config(path: str | None) -> PredictorFile:
@@ -57,9 +65,14 @@ def predict() -> None:
 @click.option(
     "--samples",
     "samples_path",
-    required=True,
     type=click.Path(dir_okay=False),
-    help="CpuSample JSON lines.",
+    help="CpuSample JSON lines (or --from-store).",
+)
+@click.option(
+    "--from-store",
+    "store_path",
+    type=click.Path(dir_okay=False),
+    help="The service's store (SQLite, opened read-only): one sample per reported job.",
 )
 @click.option(
     "--out",
@@ -83,28 +96,38 @@ def predict() -> None:
     "--free-gpus", type=click.IntRange(min=0), default=0, help="GPUs free for elastic jobs now."
 )
 def build(
-    samples_path: str,
+    samples_path: str | None,
+    store_path: str | None,
     out: str | None,
     config_path: str | None,
     elastic_path: str | None,
     free_gpus: int,
 ) -> None:
     """Fit every workload's cores-per-GPU curve and write the table + evidence JSON."""
-    cfg = _config(config_path).predictor
+    if (samples_path is None) == (store_path is None):
+        raise click.UsageError("give exactly one of --samples FILE.jsonl or --from-store STORE.db")
+    file = _config(config_path)
+    cfg = file.predictor
     out = out or cfg.table_path
-    try:
-        samples = load_samples(samples_path)
-    except SampleError as exc:
-        raise click.ClickException(str(exc)) from exc
+    from_store = None
+    if store_path is not None:
+        try:
+            from_store = samples_from_store(store_path, file.gpu_types)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from exc
+        samples = from_store.samples
+    else:
+        try:
+            samples = load_samples(samples_path)
+        except SampleError as exc:
+            raise click.ClickException(str(exc)) from exc
     decisions = decide_cpus(samples, cfg)
     gpus: dict[str, int] = {}
     if elastic_path:
         jobs, keys = load_elastic(elastic_path)
         for job_id, n in allocate_elastic(jobs, free_gpus).items():
             gpus[keys[job_id]] = max(gpus.get(keys[job_id], 0), n)
-        known = {d.key for d in decisions}
-        for key in sorted(set(gpus) - known):  # elastic advice for a key without CPU samples
-            decisions.append(default_decision(key, ANY_GPU, cfg))
+        decisions = with_elastic_keys(decisions, gpus, cfg)
     try:
         write_table(out, decisions, gpus)
     except (TableError, OSError) as exc:
@@ -113,6 +136,11 @@ def build(
     click.echo(
         f"wrote {len(decisions)} rows ({fitted} fitted) from {len(samples)} samples to {out}"
     )
+    if from_store is not None:
+        for reason, n in sorted(from_store.skipped.items()):
+            click.echo(f"skipped {n} jobs: {reason}")
+        for name in sorted(from_store.unmapped_gpu_types):
+            click.echo(f"GPU name {name!r} has no [gpu_types] entry: its jobs count as untyped")
 
 
 @predict.command()

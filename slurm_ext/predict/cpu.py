@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slurm_ext.predict.curve import SaturationFit, fit_saturation
-from slurm_ext.predict.samples import CpuSample
+from slurm_ext.predict.samples import CpuSample, valid_gpu_type
 
 ANY_GPU = "*"  # table rows for jobs that name no GPU type
 
@@ -41,7 +41,21 @@ class CpuPredictorConfig:
 
 @dataclass(frozen=True)
 class PredictorFile:
+    """etc/predictor.toml. `gpu_types` maps the GPU name a node agent reports (NVML's,
+    e.g. "NVIDIA H100 80GB HBM3") to the site's Slurm gres type name ("h100"); the names
+    are the site's choice in gres.conf, so there is no guessing: an unmapped name gives an
+    untyped sample (the key's `*` row)."""
+
     predictor: CpuPredictorConfig = CpuPredictorConfig()
+    gpu_types: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, gres in self.gpu_types.items():
+            if not gres or not valid_gpu_type(gres):
+                raise ValueError(
+                    f"gpu_types.{name!r}: {gres!r} is not a gres type name "
+                    "(letters, digits, ._:@+-, 1..64 chars)"
+                )
 
 
 @dataclass(frozen=True)
@@ -131,3 +145,13 @@ def default_decision(key: str, gpu_type: str, cfg: CpuPredictorConfig) -> CpuDec
     return CpuDecision(
         key, gpu_type or ANY_GPU, cfg.site_default_cpus_per_gpu, "default", "unknown workload"
     )
+
+
+def with_elastic_keys(
+    decisions: list[CpuDecision], elastic_gpus: dict[str, int], cfg: CpuPredictorConfig
+) -> list[CpuDecision]:
+    """`decisions` plus a site-default `*` row for each elastic key without CPU samples,
+    so its GPU advice has a row to live in."""
+    known = {d.key for d in decisions}
+    extra = [default_decision(k, ANY_GPU, cfg) for k in sorted(set(elastic_gpus) - known)]
+    return decisions + extra
