@@ -79,6 +79,11 @@ class ServiceConfig:
             raise ValueError("need 1 <= value_min < value_max <= 4000000000")
         if self.mode == "site_factor" and self.value_max > 2_000_000_000:
             raise ValueError("value_max must be <= 2000000000 in site_factor mode")
+        if self.policy.oracle:
+            raise ValueError(
+                f"policy.policy = {self.policy.policy!r} is a simulator-only oracle "
+                "(it reads true job durations); use gittins, las, fifo or multifactor"
+            )
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be 0..65535")
         if self.listen not in ("127.0.0.1", "::1", "localhost") and not self.report_secret_file:
