@@ -4,6 +4,9 @@ processes in 50 Slurm-like job cgroups, at 1 s and 5 s intervals.
 The agent's work per interval does not depend on the interval, so the CPU share at an
 interval is (CPU seconds per sample) / interval; samples are taken back to back here to
 keep the run short. Run as root: `.venv/bin/python benchmarks/bench_agent.py`.
+A process's cgroup is read once per (pid, start time); the line "/proc/PID/cgroup reads
+per sample" counts the re-reads left (processes outside any job younger than
+nodeagent.cgroups.YOUNG_S, and new ones).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ def main() -> None:
         cfg = AgentConfig(node_name="bench", state_file=os.path.join(tmp, "state.json"))
         agent = Agent(cfg, sim, None)
         agent.step()  # warm-up: first sight of every job reads its environment
+        reads0 = agent.scanner.cgroup_reads
         costs = []
         for _ in range(SAMPLES):
             c0 = time.process_time()
@@ -65,15 +69,18 @@ def main() -> None:
             generate_latest(make_registry(agent))
         scrape = (time.process_time() - c0) / 10
         per_sample = statistics.mean(costs)
+        cgroup_reads = (agent.scanner.cgroup_reads - reads0) / SAMPLES
+        in_proc = sum(1 for n in os.listdir("/proc") if n.isdigit())
         rss = rss_mb()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(
             f"node agent overhead: {GPUS} simulated GPUs, {PROCS} processes in {JOBS} jobs, "
-            f"{SAMPLES} samples; jobs seen {len(agent.accounts)}"
+            f"{SAMPLES} samples; jobs seen {len(agent.accounts)}; {in_proc} processes in /proc"
         )
         print(f"{'measure':34} {'value':>10} {'target':>10} {'ratio':>7}")
         print(f"{'CPU s per sample (mean)':34} {per_sample:10.4f}")
         print(f"{'CPU s per sample (p95)':34} {sorted(costs)[int(0.95 * len(costs))]:10.4f}")
+        print(f"{'/proc/PID/cgroup reads per sample':34} {cgroup_reads:10.1f}")
         print(f"{'CPU s per /metrics scrape':34} {scrape:10.4f}")
         for interval in (1.0, 5.0):
             share = (per_sample + scrape / 15) / interval  # one scrape every 15 s

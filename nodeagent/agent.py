@@ -20,12 +20,12 @@ from nodeagent.cgroups import (
     CgroupMounts,
     JobFreezer,
     JobProcesses,
+    JobScanner,
     PauseRecord,
     job_cpus_alloc,
     job_slurm_env,
     node_busy_cpu_s,
     read_mounts,
-    scan_jobs,
 )
 from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
@@ -111,6 +111,7 @@ class Agent:
         self.sender = sender
         self.mounts = mounts if mounts is not None else read_mounts()
         self.freezer = JobFreezer(self.mounts, config.proc_root)
+        self.scanner = JobScanner(config.proc_root)
         self.clock = clock
         self.wall = wall
         c = config.colocation
@@ -250,7 +251,7 @@ class Agent:
         self._last_t = now
         gpus = self._read_gpus()
         gpu_pids = {p.pid for g in gpus for p in g.processes}
-        jobs = scan_jobs(self.config.proc_root, gpu_pids)
+        jobs = self.scanner.scan(gpu_pids)
         job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
         with self.lock:
             for job_id, jp in jobs.items():

@@ -114,11 +114,21 @@ def read_mounts(path: str = "/proc/self/mounts") -> CgroupMounts:
 
 
 def _read(path: str) -> bytes | None:
+    """Whole file or None. Raw os.read: half the CPU of open().read() on /proc files,
+    which the agent reads for every process at every sample."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -164,53 +174,111 @@ class JobProcesses:
     from_environ: bool = False
 
 
-_PLACEMENTS: dict[bytes, CgroupPlacement] = {}
+# A process younger than this may still be moved into a job cgroup (slurmstepd attaches
+# a task after fork; pam_slurm_adopt moves an ssh session in), so "in no job" is
+# re-checked until it is this old. A job process never leaves its job's cgroup.
+YOUNG_S = 60.0
+
+
+def uptime_ticks(proc_root: str = "/proc") -> int | None:
+    """Clock ticks since boot, on the scale of /proc/PID/stat's start time."""
+    raw = _read(f"{proc_root}/uptime")
+    try:
+        return int(float(raw.split()[0]) * CLK_TCK) if raw else None
+    except (IndexError, ValueError):
+        return None
+
+
+class JobScanner:
+    """Maps processes to jobs, sample after sample, reading a process's /proc/PID/cgroup
+    only the first time it is seen.
+
+    The mapping is cached per (pid, start time): a reused PID has another start time and
+    is mapped afresh; entries of exited processes are dropped at each scan. /proc/PID/stat
+    is still read every scan (CPU time, RSS, and the start time that validates the entry).
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        # pid -> (start ticks, placement; None = in no job cgroup)
+        self.known: dict[int, tuple[int, CgroupPlacement | None]] = {}
+        self._parsed: dict[bytes, CgroupPlacement] = {}  # one step's processes share one text
+        self.cgroup_reads = 0  # /proc/PID/cgroup files read so far (tests, benchmark)
+
+    def scan(self, extra_pids: Iterable[int] = ()) -> dict[int, JobProcesses]:
+        """Map every process in a Slurm job cgroup to its job; `extra_pids` (GPU processes)
+        not in any job cgroup are mapped by SLURM_JOB_ID from their environment instead."""
+        jobs: dict[int, JobProcesses] = {}
+        unmapped = set(extra_pids)
+        try:
+            entries = os.listdir(self.proc_root)
+        except OSError:
+            return jobs
+        now = uptime_ticks(self.proc_root)
+        young_ticks = YOUNG_S * CLK_TCK
+        alive: set[int] = set()
+        for name in entries:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            st = read_proc_stat(pid, self.proc_root)
+            if st is None:
+                continue  # exited (or not readable)
+            alive.add(pid)
+            known = self.known.get(pid)
+            if (
+                known is not None
+                and known[0] == st.start_ticks
+                and (
+                    known[1] is not None
+                    or (now is not None and now - st.start_ticks >= young_ticks)
+                )
+            ):
+                placement = known[1]
+            else:
+                placement = self._placement(pid)
+                self.known[pid] = (st.start_ticks, placement)
+            if placement is None or placement.job_id is None:
+                continue
+            _add(jobs, placement.job_id, pid, st, placement, False)
+            unmapped.discard(pid)
+        for pid in [p for p in self.known if p not in alive]:
+            del self.known[pid]
+        for pid in unmapped:
+            env = _read(f"{self.proc_root}/{pid}/environ")
+            job = parse_environ(env).get("SLURM_JOB_ID", "") if env else ""
+            st = read_proc_stat(pid, self.proc_root) if job.isdigit() else None
+            if st is not None:
+                _add(jobs, int(job), pid, st, None, True)
+        return jobs
+
+    def _placement(self, pid: int) -> CgroupPlacement | None:
+        """The job placement from /proc/PID/cgroup, or None when in no job cgroup."""
+        self.cgroup_reads += 1
+        raw = _read(f"{self.proc_root}/{pid}/cgroup")
+        if raw is None or b"job_" not in raw:
+            return None
+        placement = self._parsed.get(raw)
+        if placement is None:
+            if len(self._parsed) > 4096:
+                self._parsed.clear()
+            placement = self._parsed[raw] = parse_proc_cgroup(raw.decode(errors="replace"))
+        return placement if placement.job_id is not None else None
 
 
 def scan_jobs(proc_root: str = "/proc", extra_pids: Iterable[int] = ()) -> dict[int, JobProcesses]:
-    """Map every process in a Slurm job cgroup to its job; `extra_pids` (GPU processes)
-    not in any job cgroup are mapped by SLURM_JOB_ID from their environment instead."""
-    jobs: dict[int, JobProcesses] = {}
-    unmapped = set(extra_pids)
-    try:
-        entries = os.listdir(proc_root)
-    except OSError:
-        return jobs
-    for name in entries:
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        raw = _read(f"{proc_root}/{pid}/cgroup")
-        if raw is None or b"job_" not in raw:
-            continue
-        placement = _PLACEMENTS.get(raw)
-        if placement is None:  # the processes of one step share one text: parse it once
-            if len(_PLACEMENTS) > 4096:
-                _PLACEMENTS.clear()
-            placement = _PLACEMENTS[raw] = parse_proc_cgroup(raw.decode(errors="replace"))
-        if placement.job_id is None:
-            continue
-        _add(jobs, placement.job_id, pid, proc_root, placement, False)
-        unmapped.discard(pid)
-    for pid in unmapped:
-        env = _read(f"{proc_root}/{pid}/environ")
-        job = parse_environ(env).get("SLURM_JOB_ID", "") if env else ""
-        if job.isdigit():
-            _add(jobs, int(job), pid, proc_root, None, True)
-    return jobs
+    """One scan without a cache (see JobScanner for repeated scans)."""
+    return JobScanner(proc_root).scan(extra_pids)
 
 
 def _add(
     jobs: dict[int, JobProcesses],
     job_id: int,
     pid: int,
-    proc_root: str,
+    st: ProcStat,
     placement: CgroupPlacement | None,
     from_environ: bool,
 ) -> None:
-    st = read_proc_stat(pid, proc_root)
-    if st is None:
-        return  # exited during the scan
     jp = jobs.setdefault(job_id, JobProcesses(job_id, placement=placement))
     jp.from_environ = jp.from_environ or from_environ
     jp.pids.append(pid)
