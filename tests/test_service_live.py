@@ -194,6 +194,16 @@ def test_dry_run_writes_nothing_and_pins_holds_are_untouched(clean_queue, tmp_pa
     assert "Priority=0" in c.run("scontrol", "show", "job", str(held))  # still held
     text = cli("explain", str(jobs[0]), "--config", str(config)).stdout
     assert "pinned by an admin" in text
+    table = cli("queue", "--config", str(config)).stdout
+    assert table.splitlines()[0].split()[:3] == ["RANK", "JOBID", "USER"]
+    assert str(jobs[1]) in table and "last pass" in table
+    cli("unpin", str(jobs[0]), "--config", str(config))
+    cli("serve", "--once", "--config", str(config))
+    site = dict(r.split() for r in c.run("sprio", "-h", "-o", "%i %S").splitlines())
+    assert int(site[str(jobs[0])]) > int(site[str(jobs[1])])  # managed again, FIFO first
+    nodes = json.loads(cli("nodes", "--json", "--config", str(config)).stdout)
+    assert len(nodes["nodes"]) == 4 and sum(n["gpus_used"] for n in nodes["nodes"]) == 16
+    assert nodes["fragmentation"] == 0.0
 
 
 def test_controller_outage_backs_off_and_catches_up(tmp_path):
