@@ -312,3 +312,54 @@ def _post(url: str, body: bytes, signature: str) -> int:
             return r.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def _show(cluster: LocalCluster, job_id: int) -> str:
+    return cluster.run("scontrol", "show", "job", str(job_id))
+
+
+def test_placement_hint_pins_the_best_fit_node(clean_queue, tmp_path):
+    c = clean_queue
+    config = write_config(
+        tmp_path / "service.toml", c, placement="true", placement_mode='"consolidate"'
+    )
+    c.sbatch("-w", "node1", "--gres=gpu:3", "-J", "a")
+    c.sbatch("-w", "node2", "--gres=gpu:2", "-J", "b")
+    c.sbatch("-w", "node3", "--gres=gpu:4", "-J", "c")
+    wait_for(
+        lambda: sum(1 for s, _ in squeue(c).values() if s == "RUNNING") == 3, what="fillers running"
+    )
+    job = c.sbatch("--gpus=2", "--begin=now+8", "-J", "p")  # pending but not held
+    cli("serve", "--once", "--config", str(config))
+    assert "ReqNodeList=node2 " in _show(c, job)  # exactly 2 free there: best fit, one node
+    info = json.loads(cli("explain", str(job), "--json", "--config", str(config)).stdout)
+    assert info["placement"] == ["node2"]
+    wait_for(lambda: "JobState=RUNNING" in _show(c, job), timeout=30, what="placed job running")
+    assert "NodeList=node2\n" in _show(c, job)
+
+
+def test_requeue_preemption_only_touches_opted_in_jobs(clean_queue, tmp_path):
+    c = clean_queue
+    config = write_config(
+        tmp_path / "service.toml", c, preemption='"requeue"', max_requeues_per_pass=1
+    )
+    opted = [
+        c.sbatch("-N1", "--gres=gpu:4", "--requeue", "--comment=checkpoint=1", "-J", f"ck{i}")
+        for i in range(2)
+    ]
+    plain = [c.sbatch("-N1", "--gres=gpu:4", "--requeue", "-J", f"plain{i}") for i in range(2)]
+    wait_for(
+        lambda: all(squeue(c)[j][0] == "RUNNING" for j in opted + plain), what="old jobs running"
+    )
+    cli("serve", "--once", "--config", str(config))  # records their start
+    time.sleep(4)  # 16 GPU-s each: queue 1
+    new = c.sbatch("-N1", "--gres=gpu:4", "-J", "new")
+    res = cli("serve", "--once", "--config", str(config))
+    assert "1 requeued" in res.stderr, res.stderr
+    restarts = {j: "Restarts=1" in _show(c, j) for j in opted + plain}
+    assert sum(restarts[j] for j in opted) == 1 and not any(restarts[j] for j in plain)
+    wait_for(
+        lambda: squeue(c)[new][0] == "RUNNING",
+        timeout=30,
+        what="waiting job started in the freed GPUs",
+    )
