@@ -35,7 +35,9 @@ def make_gpu_reader(backend: str, config: AgentConfig) -> GpuReader | None:
     if backend == "none":
         return None
     if backend == "simulated":
-        return SimulatedGpuReader(config.gpu.simulated_count)
+        return SimulatedGpuReader(
+            config.gpu.simulated_count, processes_file=config.gpu.simulated_processes_file
+        )
     try:
         return NvmlGpuReader(config.gpu.util_window_s)
     except GpuUnavailable as exc:
@@ -127,7 +129,9 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
         except GpuUnavailable as exc:
             error = str(exc)
     elif backend == "simulated":
-        reader = SimulatedGpuReader(config.gpu.simulated_count)
+        reader = SimulatedGpuReader(
+            config.gpu.simulated_count, processes_file=config.gpu.simulated_processes_file
+        )
     logging.disable(logging.WARNING)
     agent = Agent(config, reader, RaplReader(config.energy.rapl_root))
     t_first = time.monotonic()

@@ -21,6 +21,9 @@ def _fraction(name: str, value: float) -> None:
 class GpuConfig:
     backend: str = choices("nvml", "simulated", "none", default="nvml")
     simulated_count: int = 8  # only for backend = "simulated"
+    # only for backend = "simulated": JSON list of {"pid", "gpu", "memory_bytes", "sm_util"}
+    # placing real processes on the simulated GPUs (end-to-end tests)
+    simulated_processes_file: str = ""
     util_window_s: float = 10.0  # first per-process utilisation query looks this far back
 
 

@@ -6,6 +6,7 @@ GPU costs that one value (recorded in `GpuSample.errors`), never the whole sampl
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -238,13 +239,16 @@ class SimulatedGpuReader:
         name: str = "Simulated H100",
         clock: Callable[[], float] = time.monotonic,
         per_process_util: bool = True,
+        processes_file: str = "",
     ) -> None:
         self.name = name
         self.clock = clock
         self.per_process_util = per_process_util
+        self.processes_file = processes_file
         self.gpus = [SimGpu() for _ in range(count)]
         self._lock = threading.Lock()
         self._last = clock()
+        self._file_stamp: tuple[int, int] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "simulated", "device_count": len(self.gpus), "name": self.name}
@@ -269,6 +273,35 @@ class SimulatedGpuReader:
             for g in self.gpus:
                 g.processes.pop(pid, None)
 
+    def _load_processes_file(self) -> None:
+        """Placement for an agent in another process (end-to-end tests): a JSON list of
+        {"pid", "gpu", "memory_bytes", "sm_util"} replacing every GPU's processes when the
+        file changes. Unreadable or malformed: the previous placement stays."""
+        try:
+            st = os.stat(self.processes_file)
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp == self._file_stamp:
+                return
+            with open(self.processes_file) as f:
+                items = json.load(f)
+            placed = [
+                (
+                    int(d["gpu"]),
+                    GpuProcess(
+                        int(d["pid"]), int(d.get("memory_bytes", 0)), float(d.get("sm_util", 0.0))
+                    ),
+                )
+                for d in items
+            ]
+        except (OSError, ValueError, TypeError, KeyError):
+            return
+        self._file_stamp = stamp
+        for g in self.gpus:
+            g.processes = {}
+        for index, proc in placed:
+            if 0 <= index < len(self.gpus):
+                self.gpus[index].processes[proc.pid] = proc
+
     def _advance(self) -> None:
         now = self.clock()
         dt = max(0.0, now - self._last)
@@ -280,6 +313,8 @@ class SimulatedGpuReader:
     def read(self) -> list[GpuSample]:
         with self._lock:
             self._advance()
+            if self.processes_file:
+                self._load_processes_file()
             out = []
             for i, g in enumerate(self.gpus):
                 if g.failed:
