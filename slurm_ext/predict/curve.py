@@ -46,14 +46,22 @@ def _shape(c: float, model: str, shape: float) -> float:
 def _fit_one(
     points: Sequence[tuple[float, float]], model: str, grid: Sequence[float]
 ) -> SaturationFit:
+    # Least squares only needs, per distinct core count, the count and mean utilisation
+    # (plus the spread within counts, the same for every curve): the grid search costs
+    # O(distinct core counts), not O(jobs), so the service's hourly rebuild stays cheap.
+    groups: dict[float, list[float]] = {}
+    for c, u in points:
+        groups.setdefault(c, []).append(u)
+    stats = [(c, len(us), sum(us) / len(us)) for c, us in groups.items()]
+    within = sum(sum((u - m) ** 2 for u in groups[c]) for c, _, m in stats)
     best: SaturationFit | None = None
     for shape in grid:
-        g = [_shape(c, model, shape) for c, _ in points]
-        gg = sum(x * x for x in g)
+        g = [(_shape(c, model, shape), n, m) for c, n, m in stats]
+        gg = sum(n * x * x for x, n, _ in g)
         if gg <= 0:
             continue
-        plateau = sum(x * u for x, (_, u) in zip(g, points)) / gg
-        sse = sum((plateau * x - u) ** 2 for x, (_, u) in zip(g, points))
+        plateau = sum(n * x * m for x, n, m in g) / gg
+        sse = within + sum(n * (plateau * x - m) ** 2 for x, n, m in g)
         fit = SaturationFit(model, plateau, shape, math.sqrt(sse / len(points)), len(points))
         if best is None or fit.rmse < best.rmse - 1e-12:
             best = fit
