@@ -9,13 +9,14 @@ import math
 import os
 import random
 import threading
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from nodeagent.report import JobReport
-from slurm_ext.config import ConfigError, from_dict
+from slurm_ext.config import ConfigError, from_dict, load_config
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.predict.cli import predict
 from slurm_ext.predict.curve import fit_saturation
@@ -407,3 +408,14 @@ def test_broken_predictor_config_logs_and_keeps_the_old_table(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".predictor")] == []
     with pytest.raises(ValueError):
         rebuild_table(cfg.store, predictor_cfg, table)
+
+
+def test_example_service_toml_predictor_section_is_the_defaults() -> None:
+    path = Path(__file__).resolve().parents[1] / "etc" / "service.toml"
+    text = path.read_text()
+    assert "\n[predictor]\n" in text
+    assert load_config(ServiceConfig, path).predictor == PredictorServiceConfig()
+    # the commented example keys are real keys
+    for key in ("table", "config"):
+        assert f"\n# {key} = " in text
+        assert key in {f.name for f in fields(PredictorServiceConfig)}
