@@ -22,6 +22,7 @@ from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, place, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.slurm.client import SlurmClient, SlurmError
+from slurm_ext.slurm.history import sacct_completions
 from slurm_ext.store import DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
@@ -68,6 +69,12 @@ class ServiceConfig:
     port: int = 9788  # metrics and agent reports; 0 disables the listener
     report_secret_file: str | None = None
     backoff_max_s: float = 300.0
+    # Completed-job history for the Gittins distribution, beyond what the service saw:
+    # "auto" imports sacct's when accounting answers (else uses the store alone, logged
+    # once), "sacct" insists (errors logged every refresh), "store" never asks sacct.
+    history_source: str = choices("auto", "sacct", "store", default="auto")
+    sacct_days: float = 30.0
+    sacct_refresh_s: float = 3600.0
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
@@ -307,6 +314,7 @@ class Service:
         self._stop = threading.Event()
         self.failures = 0
         # in-memory copies of the store's tables; the store is written only where they change
+        self._next_sacct = 0.0
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
 
@@ -330,6 +338,7 @@ class Service:
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
+        self._import_history(now)
         jobs = self.client.jobs(states=ACTIVE + TERMINAL)
         nodes = self.client.nodes()
         old_records, stored = self._load()
@@ -415,6 +424,37 @@ class Service:
             res.duration_s,
         )
         return res
+
+    def _import_history(self, now: float) -> None:
+        """Refresh completions from sacct when due; never fails the pass."""
+        source = self.config.history_source
+        if source == "store" or now < self._next_sacct:
+            return
+        self._next_sacct = now + self.config.sacct_refresh_s
+        try:
+            rows = sacct_completions(
+                self.config.sacct_days,
+                self.config.slurm.slurm_conf,
+                self.config.slurm.timeout_s,
+                now=now,
+            )
+        except SlurmError as exc:
+            if source == "sacct":
+                log.error("sacct history unavailable, using the store's history: %s", exc)
+            else:
+                log.info(
+                    "no sacct history (%s); the Gittins distribution uses jobs the service saw",
+                    exc.message,
+                )
+                self._next_sacct = float("inf")  # auto: accounting is off here, stop asking
+            return
+        added = self.store.add_completions(rows, "sacct")
+        log.info(
+            "sacct history: %d GPU jobs in the last %.0f days, %d new",
+            len(rows),
+            self.config.sacct_days,
+            added,
+        )
 
     def _current_values(
         self, targets: Sequence[Job], stored: dict[int, DecisionRecord]

@@ -147,3 +147,37 @@ def test_job_view_gives_the_policy_the_current_stint():
     recs, _ = fold_jobs(recs, [_job(1, "PENDING", gpus=2)], now=200)
     view = job_view(_job(1, "PENDING", gpus=2), recs[1], now=300)
     assert (view.running, view.last_run_s, view.waiting_since) == (False, 100, 200)
+
+
+SACCT_OUT = """JobIDRaw|Submit|Start|End|AllocTRES|User|Partition|JobName
+101|2026-11-01T10:00:00|2026-11-01T10:05:00|2026-11-01T11:05:00|billing=4,cpu=4,gres/gpu=2,mem=8G,node=1|alice|gpu|train
+101.batch|2026-11-01T10:05:00|2026-11-01T10:05:00|2026-11-01T11:05:00|cpu=4,gres/gpu=2,mem=8G,node=1|||batch
+102|2026-11-01T10:00:00|2026-11-01T10:00:10|2026-11-01T10:10:10|billing=1,cpu=1,mem=1G,node=1|bob|cpu|prep
+103|2026-11-01T12:00:00|Unknown|2026-11-01T12:01:00|billing=1,cpu=1,gres/gpu=1,node=1|bob|gpu|cancelled-before-start
+104|2026-11-02T00:00:00|2026-11-02T00:00:00|2026-11-02T00:30:00|cpu=8,gres/gpu:a100=4,gres/gpu=4,node=1|carol|gpu|big
+"""
+
+
+def test_sacct_history_keeps_gpu_jobs_with_their_gpu_seconds(tmp_path):
+    from slurm_ext.slurm.history import sacct_completions
+
+    fake = tmp_path / "sacct"
+    (tmp_path / "out.txt").write_text(SACCT_OUT)
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
+    fake.chmod(0o755)
+    rows = sacct_completions(30, bin_dir=str(tmp_path))
+    by_id = {r[0]: r for r in rows}
+    assert sorted(by_id) == [101, 104]  # steps, CPU-only and never-started jobs are left out
+    assert by_id[101][1:3] == (2 * 3600.0, 3600.0)
+    assert by_id[104][1:3] == (4 * 1800.0, 1800.0)
+
+
+def test_sacct_failure_is_a_slurm_error_with_its_message(tmp_path):
+    from slurm_ext.slurm.client import SlurmError
+    from slurm_ext.slurm.history import sacct_completions
+
+    fake = tmp_path / "sacct"
+    fake.write_text("#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(SlurmError, match="accounting storage is disabled"):
+        sacct_completions(30, bin_dir=str(tmp_path))

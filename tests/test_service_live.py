@@ -184,6 +184,7 @@ def test_dry_run_writes_nothing_and_pins_holds_are_untouched(clean_queue, tmp_pa
     held = c.sbatch("--gres=gpu:1", "--hold", "-J", "held")
     res = cli("serve", "--once", "--dry-run", "--config", str(config))
     assert "dry run, not written" in res.stderr
+    assert "no sacct history (" in res.stderr and "accounting storage is disabled" in res.stderr
     assert "SITE" in c.run("sprio", "-l")
     assert all(r.split()[1] == "0" for r in c.run("sprio", "-h", "-o", "%i %S").splitlines())
     cli("pin", str(jobs[0]), "--config", str(config))

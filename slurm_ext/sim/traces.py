@@ -41,8 +41,12 @@ class Trace:
     problems: list[str] = field(default_factory=list)  # first few skipped-row messages
 
 
-def read_trace(path: str | Path, fmt: str = "tiresias", skip_bad: bool = False) -> Trace:
-    """Read a trace, sorted by submit time and shifted so the first submit is 0."""
+def read_trace(
+    path: str | Path, fmt: str = "tiresias", skip_bad: bool = False, shift: bool = True
+) -> Trace:
+    """Read a trace, sorted by submit time and (with `shift`) moved so the first submit is 0.
+
+    The service reads sacct history with shift=False to keep wall-clock times."""
     if fmt not in FORMATS:
         raise ValueError(f"trace format must be one of {FORMATS}, got {fmt!r}")
     p = Path(path)
@@ -60,7 +64,7 @@ def read_trace(path: str | Path, fmt: str = "tiresias", skip_bad: bool = False) 
         else:
             trace.jobs.append(item)
     if trace.jobs:
-        t0 = min(j.submit_time for j in trace.jobs)
+        t0 = min(j.submit_time for j in trace.jobs) if shift else 0.0
         trace.jobs = sorted(
             (TraceJob(**{**j.__dict__, "submit_time": j.submit_time - t0}) for j in trace.jobs),
             key=lambda j: (j.submit_time, j.job_id),
