@@ -40,6 +40,10 @@ from slurm_ext.predict.cli import predict  # noqa: E402
 
 main.add_command(predict)
 
+from slurm_ext.energy_cli import energy  # noqa: E402
+
+main.add_command(energy)
+
 
 if __name__ == "__main__":
     main()
