@@ -87,6 +87,14 @@ def run_backlog_scenario(
         what="long jobs running",
     )
     time.sleep(4)  # 4 GPUs x 4 s = 16 GPU-s > the 10 GPU-s queue threshold
+    if service is not None:
+        # the service must have seen them run past the threshold (passes are slower on a
+        # loaded machine): every long job in queue 1 before they are requeued
+        def demoted() -> bool:
+            rows = json.loads(cli("queue", "--json", "--config", str(config)).stdout)["jobs"]
+            return all(r["queue"] == 1 for r in rows if r["job_id"] in longs) and len(rows) >= 4
+
+        wait_for(demoted, timeout=30, what="service saw the long jobs pass 10 GPU-s")
     for j in longs:
         c.run("scontrol", "requeuehold", str(j))
     blocker = c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
