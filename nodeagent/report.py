@@ -27,6 +27,7 @@ import stat
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +150,27 @@ def decode_reports(body: bytes) -> list[JobReport]:
         for key in ("gpu_energy_j", "cpu_energy_j", "period_start", "period_end"):
             item[key] = float(item[key])
         out.append(JobReport(**item))
+    return out
+
+
+def per_job(reports: Iterable[JobReport], periods: bool = True) -> dict[int, list[JobReport]]:
+    """Reports grouped by job, re-deliveries removed.
+
+    A report is cumulative within its (node, job, period_start); only the latest
+    `period_end` of each counts. An agent that lost its state file starts a new period
+    from zero, so with `periods` the periods of a node are all kept (their figures add
+    up, as energy totals need); without it one report per node remains, the latest (what
+    a per-node allocation, as the predictor reads, needs).
+    """
+    latest: dict[tuple, JobReport] = {}
+    for r in reports:
+        key = (r.job_id, r.node, r.period_start) if periods else (r.job_id, r.node)
+        cur = latest.get(key)
+        if cur is None or r.period_end > cur.period_end:
+            latest[key] = r
+    out: dict[int, list[JobReport]] = {}
+    for key in sorted(latest, key=lambda k: tuple(map(str, k))):
+        out.setdefault(key[0], []).append(latest[key])
     return out
 
 

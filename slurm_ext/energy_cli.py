@@ -1,8 +1,10 @@
 """`slurm-ext energy`: per-job GPU time and energy from the node agents' reports.
 
 Reads the service's store read-only. A report is cumulative for one (node, job) since
-its `period_start`, and re-delivery repeats it, so per (node, job) only the report with
-the greatest `period_end` counts; a job's figures are the sum of those over its nodes.
+its `period_start`, and re-delivery repeats it, so per (node, job, period) only the
+report with the greatest `period_end` counts (`nodeagent.report.per_job`); a job's
+figures are the sum of those over its nodes and a node's periods (an agent that lost its
+state starts a new period from zero).
 Users come from the service's job records (jobs it saw in Slurm); "" when unknown.
 """
 
@@ -17,7 +19,7 @@ from datetime import datetime
 
 import click
 
-from nodeagent.report import JobReport
+from nodeagent.report import JobReport, per_job
 from slurm_ext.service_cli import config_option, json_option, load_service_config
 from slurm_ext.store import Store, StoreError
 
@@ -45,22 +47,11 @@ class JobEnergy:
     final: bool = False  # every node has sent its final report
 
 
-def latest_per_node_job(reports: list[JobReport]) -> dict[tuple[str, int], JobReport]:
-    """The report with the greatest period_end for each (node, job)."""
-    latest: dict[tuple[str, int], JobReport] = {}
-    for r in reports:
-        key = (r.node, r.job_id)
-        if key not in latest or r.period_end > latest[key].period_end:
-            latest[key] = r
-    return latest
-
-
 def aggregate(reports: list[JobReport], users: dict[int, str] | None = None) -> list[JobEnergy]:
-    """Per-job sums over nodes of each (node, job)'s latest cumulative report."""
+    """Per-job sums over nodes (and over a node's periods) of the latest cumulative reports."""
     users = users or {}
-    by_job: dict[int, list[JobReport]] = {}
-    for r in latest_per_node_job(reports).values():
-        by_job.setdefault(r.job_id, []).append(r)
+    by_job = per_job(reports, periods=True)
+    last_per_node = per_job(reports, periods=False)  # a job is final when every node said so
     out = []
     for job_id, rs in sorted(by_job.items()):
         gpu_s = sum(r.gpu_seconds for r in rs)
@@ -70,7 +61,7 @@ def aggregate(reports: list[JobReport], users: dict[int, str] | None = None) -> 
             JobEnergy(
                 job_id=job_id,
                 user=users.get(job_id, ""),
-                nodes=sorted(r.node for r in rs),
+                nodes=sorted({r.node for r in rs}),
                 gpu_seconds=gpu_s,
                 gpu_energy_j=gpu_j,
                 gpu_energy_kwh=gpu_j / J_PER_KWH,
@@ -80,7 +71,7 @@ def aggregate(reports: list[JobReport], users: dict[int, str] | None = None) -> 
                 gpu_mem_peak_bytes=max(r.gpu_mem_peak_bytes for r in rs),
                 period_start=min(r.period_start for r in rs),
                 period_end=max(r.period_end for r in rs),
-                final=all(r.final for r in rs),
+                final=all(r.final for r in last_per_node[job_id]),
             )
         )
     return out

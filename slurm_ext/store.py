@@ -270,8 +270,13 @@ class Store:
     def add_reports(self, reports: Sequence[JobReport]) -> int:
         now = time.time()
         with self.db:
+            # cumulative reports: a late re-delivery of an older one must not win
             cur = self.db.executemany(
-                "INSERT OR REPLACE INTO job_reports VALUES (?, ?, ?, ?, ?, ?)",
+                """INSERT INTO job_reports VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT(node, job_id, period_start) DO UPDATE SET
+                       period_end=excluded.period_end, payload=excluded.payload,
+                       received_at=excluded.received_at
+                   WHERE excluded.period_end > job_reports.period_end""",
                 [
                     (r.node, r.job_id, r.period_start, r.period_end, json.dumps(r.__dict__), now)
                     for r in reports
@@ -283,10 +288,12 @@ class Store:
         sql, args = "SELECT payload FROM job_reports", ()
         if job_id is not None:
             sql, args = sql + " WHERE job_id = ?", (job_id,)
-        return [
-            JobReport(**json.loads(r[0]))
-            for r in self.db.execute(sql + " ORDER BY period_start", args)
-        ]
+        out = []
+        for (payload,) in self.db.execute(sql + " ORDER BY period_start", args):
+            d = json.loads(payload)
+            d["gpu_uuids"] = tuple(d.get("gpu_uuids") or ())
+            out.append(JobReport(**d))
+        return out
 
     # ---- passes ----------------------------------------------------------------------
     def record_pass(

@@ -50,8 +50,8 @@ def config(tmp_path: Path) -> Path:
     # job 100 on gpu02 (2 GPUs x 20 s), final, delivered twice
     s1 = rep("gpu02", 100, 1005, 1025, gpu_seconds=40, gpu_energy_j=6000, cpu_energy_j=200,
              gpu_util_mean=0.3, gpu_util_peak=0.5, gpu_mem_peak_bytes=5 * GIB, final=True)  # fmt: skip
-    # job 200 on gpu01: a period before an agent state loss, then a later one; the rule
-    # keeps only the report with the greatest period_end
+    # job 200 on gpu01: a period before an agent state loss, then a new period from zero;
+    # the two periods add up
     t_old = rep("gpu01", 200, 900, 950, gpu_seconds=50, gpu_energy_j=5000, cpu_energy_j=40)
     t_new = rep("gpu01", 200, 960, 990, gpu_seconds=30, gpu_energy_j=2400, cpu_energy_j=10,
                 gpu_util_mean=1.0, gpu_util_peak=1.0, gpu_mem_peak_bytes=GIB, final=True)  # fmt: skip
@@ -105,15 +105,15 @@ def test_json_sums_latest_report_per_node_and_job(config):
     assert j["gpu_mem_peak_bytes"] == 5 * GIB
     assert (j["period_start"], j["period_end"], j["final"]) == (1000, 1030, False)
     k = jobs[200]
-    assert (k["gpu_seconds"], k["gpu_energy_j"], k["cpu_energy_j"]) == (30, 2400, 10)
+    assert (k["gpu_seconds"], k["gpu_energy_j"], k["cpu_energy_j"]) == (50 + 30, 5000 + 2400, 40 + 10)
     assert k["user"] == "" and k["final"] is True
     assert doc["totals"] == pytest.approx(
         {
             "jobs": 2,
-            "gpu_seconds": 100,
-            "gpu_energy_j": 11900,
-            "gpu_energy_kwh": 11900 / 3.6e6,
-            "cpu_energy_j": 330,
+            "gpu_seconds": 150,
+            "gpu_energy_j": 16900,
+            "gpu_energy_kwh": 16900 / 3.6e6,
+            "cpu_energy_j": 370,
         }
     )
 
@@ -142,7 +142,7 @@ def test_text_table_and_read_only(config, tmp_path):
     lines = res.stdout.splitlines()
     assert lines[0].split()[:2] == ["JOBID", "USER"]
     assert "gpu01,gpu02 (running)" in lines[1] and "9.5" in lines[1]
-    assert lines[-1] == "total: 2 jobs, 100s GPU-time, GPU 11.9 kJ (0.003 kWh), CPU 0.3 kJ"
+    assert lines[-1] == "total: 2 jobs, 150s GPU-time, GPU 16.9 kJ (0.005 kWh), CPU 0.4 kJ"
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     missing = tmp_path / "other.toml"
     missing.write_text(f'store = "{tmp_path / "none.db"}"\n')

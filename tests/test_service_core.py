@@ -181,3 +181,21 @@ def test_sacct_failure_is_a_slurm_error_with_its_message(tmp_path):
     fake.chmod(0o755)
     with pytest.raises(SlurmError, match="accounting storage is disabled"):
         sacct_completions(30, bin_dir=str(tmp_path))
+
+
+def test_store_keeps_the_newest_cumulative_report(tmp_path):
+    from nodeagent.report import JobReport
+
+    def rep(end: float, gpu_s: float) -> JobReport:
+        return JobReport(node="n1", job_id=9, gpu_seconds=gpu_s, gpu_util_mean=0.5, gpu_util_peak=0.5,
+                         gpu_mem_peak_bytes=0, cpu_cores_alloc=2, cpu_cores_used=1.0, gpu_energy_j=gpu_s * 100,
+                         cpu_energy_j=0.0, gpu_uuids=("GPU-1",), gpu_type="x", samples=1,
+                         period_start=100.0, period_end=end)  # fmt: skip
+
+    store = Store(tmp_path / "s.db")
+    store.add_reports([rep(200, 50)])
+    store.add_reports([rep(150, 20)])  # a late re-delivery of an older report
+    (kept,) = store.reports(9)
+    assert (kept.period_end, kept.gpu_seconds, kept.gpu_uuids) == (200, 50, ("GPU-1",))
+    store.add_reports([rep(260, 80)])
+    assert store.reports(9)[0].gpu_seconds == 80

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeagent.report import JobReport
+from nodeagent.report import JobReport, per_job
 from slurm_ext.config import load_config
 from slurm_ext.predict.cpu import PredictorFile, decide_cpus, with_elastic_keys
 from slurm_ext.predict.samples import CpuSample, SampleError, sample_from_report, workload_key
@@ -39,19 +39,6 @@ class StoreSamples:
     unmapped_gpu_types: set[str] = field(default_factory=set)  # NVML names with no mapping
 
 
-def latest_reports(reports: Iterable[JobReport]) -> dict[int, list[JobReport]]:
-    """Per job, one report per node: the one with the greatest period_end."""
-    latest: dict[tuple[str, int], JobReport] = {}
-    for r in reports:
-        cur = latest.get((r.node, r.job_id))
-        if cur is None or r.period_end > cur.period_end:
-            latest[(r.node, r.job_id)] = r
-    by_job: dict[int, list[JobReport]] = defaultdict(list)
-    for (_, job_id), r in sorted(latest.items()):
-        by_job[job_id].append(r)
-    return by_job
-
-
 def samples_from_reports(
     reports: Iterable[JobReport],
     jobs: Mapping[int, JobRecord],
@@ -59,7 +46,7 @@ def samples_from_reports(
 ) -> StoreSamples:
     """One sample per job with GPU time, allocated cores and a workload key (pure)."""
     out = StoreSamples()
-    for job_id, per_node in sorted(latest_reports(reports).items()):
+    for job_id, per_node in sorted(per_job(reports, periods=False).items()):
         rec = jobs.get(job_id)
         if rec is None:
             out.skipped["no job record"] += 1
