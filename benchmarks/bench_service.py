@@ -22,27 +22,8 @@ from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.service import Service, ServiceConfig, fold_jobs, job_view
 from slurm_ext.store import Store
+from slurm_ext.testing.replay import ReplayClient
 from slurm_ext.writeback import assign_values, changed
-
-
-class ReplayClient:
-    """A SlurmClient over a fixed snapshot; writes are counted, not sent."""
-
-    def __init__(self, jobs: list[Job], nodes: list[Node]) -> None:
-        self._jobs, self._nodes = jobs, nodes
-        self.writes = 0
-
-    def jobs(self, states=()):
-        return self._jobs
-
-    def nodes(self):
-        return self._nodes
-
-    def _write(self, *a, **k) -> None:
-        self.writes += 1
-
-    set_priority = set_site_factor = set_nice = set_placement = _write
-    hold = release = suspend = resume = requeue = _write
 
 
 def snapshot(pending: int, running: int, seed: int = 1) -> tuple[list[Job], list[Node], float]:
@@ -142,7 +123,7 @@ def main() -> None:
             for i in range(10)
         ]
         done = [replace(j, state=JobState.COMPLETED, end_time=now + 2) for j in jobs[:5]]
-        client._jobs = done + jobs[5:] + new
+        client.jobs_snapshot = done + jobs[5:] + new
         client.writes = 0
         t0 = time.perf_counter()
         svc.run_pass(now + 2)

@@ -29,6 +29,7 @@ from slurm_ext.predict.from_store import (
 from slurm_ext.predict.table import TableRow, load_table, render_table
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.store import JobRecord, Store
+from slurm_ext.testing.replay import ReplayClient
 
 H100 = "NVIDIA H100 80GB HBM3"
 V100 = "Tesla V100-SXM2-16GB"  # deliberately not in the test config's gpu_types
@@ -261,27 +262,6 @@ def test_fit_over_many_jobs_equals_the_per_point_least_squares() -> None:
 
 
 # ---- the service's periodic rebuild ----------------------------------------------------
-
-
-class ReplayClient:
-    """A SlurmClient over a fixed snapshot; writes are counted, not sent
-    (from benchmarks/bench_service.py)."""
-
-    def __init__(self, jobs: list[Job], nodes: list[Node]) -> None:
-        self._jobs, self._nodes = jobs, nodes
-        self.writes = 0
-
-    def jobs(self, states=()):
-        return self._jobs
-
-    def nodes(self):
-        return self._nodes
-
-    def _write(self, *a, **k) -> None:
-        self.writes += 1
-
-    set_priority = set_site_factor = set_nice = set_placement = _write
-    hold = release = suspend = resume = requeue = _write
 
 
 def service_setup(tmp_path: Path, predictor_cfg: Path) -> tuple[ServiceConfig, ReplayClient, Path]:

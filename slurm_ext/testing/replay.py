@@ -1,0 +1,29 @@
+"""A SlurmClient over a fixed snapshot, for benchmarks and tests of the service shell.
+
+It answers reads from the snapshot it was given and counts writes instead of sending
+them: the service's pass can then be timed and checked without a slurmctld.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurm_ext.model import Job, Node
+
+
+class ReplayClient:
+    def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node]) -> None:
+        self.jobs_snapshot, self.nodes_snapshot = list(jobs), list(nodes)
+        self.writes = 0
+
+    def jobs(self, states: Sequence[str] = ()) -> list[Job]:
+        return self.jobs_snapshot
+
+    def nodes(self) -> list[Node]:
+        return self.nodes_snapshot
+
+    def _write(self, *args: object, **kwargs: object) -> None:
+        self.writes += 1
+
+    set_priority = set_site_factor = set_nice = set_placement = _write
+    hold = release = suspend = resume = requeue = _write
