@@ -139,7 +139,7 @@ class Store:
             if readonly:
                 if not self.path.exists():
                     raise StoreError(f"{self.path}: store not found (has the service run yet?)")
-                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+                self.db = _open_readonly(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = sqlite3.connect(self.path, timeout=30)
@@ -315,6 +315,23 @@ class Store:
     def last_pass(self) -> dict | None:
         r = self.db.execute("SELECT * FROM passes ORDER BY id DESC LIMIT 1").fetchone()
         return dict(r) if r else None
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """Open for reading by a user who may not write the store's directory.
+
+    While the service runs, its WAL files exist and `mode=ro` reads through them. When
+    it has stopped, SQLite removed them after a checkpoint and a reader that cannot
+    create the -shm file gets "attempt to write a readonly database": the main file is
+    then complete, and an immutable open reads it as it stands.
+    """
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+    return sqlite3.connect(f"file:{path}?immutable=1", uri=True, timeout=10)
 
 
 def _job_record(r: sqlite3.Row) -> JobRecord:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,45 @@ def test_store_keeps_the_newest_cumulative_report(tmp_path):
     assert (kept.period_end, kept.gpu_seconds, kept.gpu_uuids) == (200, 50, ("GPU-1",))
     store.add_reports([rep(260, 80)])
     assert store.reports(9)[0].gpu_seconds == 80
+
+
+def test_a_user_without_write_access_can_read_the_store():
+    """`slurm-ext queue/explain` as a non-admin: the store's directory is not theirs."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    py, runuser = shutil.which("python3", path="/usr/bin"), shutil.which("runuser")
+    if py is None or runuser is None:
+        pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
+    root = Path(tempfile.mkdtemp(prefix="slurm-ext-ro-"))  # pytest's tmp dirs are 0700
+    try:
+        code = root / "code"
+        for pkg in ("slurm_ext", "nodeagent"):
+            shutil.copytree(Path(__file__).resolve().parents[1] / pkg, code / pkg)
+        state = root / "state"
+        state.mkdir()
+        store = Store(state / "service.db")
+        store.pin(42, "admin")
+        db = str(state / "service.db")
+        probe = (
+            f"from slurm_ext.store import Store; print(sorted(Store({db!r}, readonly=True).pins()))"
+        )
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+
+        def as_nobody() -> subprocess.CompletedProcess:
+            return subprocess.run([runuser, "-u", "nobody", "--", py, "-c", probe],
+                                  env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+
+        running = as_nobody()  # the service's connection is open: WAL files exist
+        store.close()  # the service stopped: WAL checkpointed and removed
+        stopped = as_nobody()
+        assert not (state / "service.db-shm").exists()
+        assert (running.stdout.strip(), stopped.stdout.strip()) == ("[42]", "[42]"), (
+            running.stderr,
+            stopped.stderr,
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
