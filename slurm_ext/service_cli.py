@@ -225,6 +225,7 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
         "placement": list(d.placement) if d and d.placement else None,
         "attained_gpu_s": rec.attained_gpu_s(now) if rec else 0.0,
         "last_run_s": rec.last_run_s if rec else 0.0,
+        "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
     }
     if as_json:
         click.echo(json.dumps(info, indent=1))
@@ -240,7 +241,12 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
         click.echo("  held: the service does not touch held jobs")
     click.echo(f"  rank {info['rank']} in queue {info['queue']}: {info['policy_reason']}")
     click.echo(
-        f"  attained service {_fmt_gpu_s(info['attained_gpu_s'])} GPU-time; last run stint {info['last_run_s']:.0f}s"
+        f"  attained service {_fmt_gpu_s(info['attained_gpu_s'])} GPU-time; "
+        + (
+            f"running for {info['current_run_s']:.0f}s"
+            if info["current_run_s"] is not None
+            else f"last run stint {info['last_run_s']:.0f}s"
+        )
     )
     if info["value_set"] is not None:
         click.echo(f"  {cfg.mode.replace('_', ' ')} set to {info['value_set']}")
