@@ -138,6 +138,9 @@ class JobView:
     partition: str = ""
     model_tag: str | None = None
     true_duration_s: float | None = None
+    # attained service when the starvation guard's promotion let this job start; while
+    # that stint lasts its queue counts only service since then (None: not promoted)
+    promoted_at_gpu_s: float | None = None
 
 
 @dataclass(frozen=True)

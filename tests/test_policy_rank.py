@@ -157,3 +157,17 @@ def test_no_oracle_leak_permuting_hidden_durations(policy):
         assert rank(shuffled, 2000, cfg, history) == base
     hidden = [replace(j, true_duration_s=None) for j in jobs]
     assert rank(hidden, 2000, cfg, history) == base
+
+
+def test_promoted_job_gets_a_fresh_queue_zero_quantum():
+    cfg = PolicyConfig(policy="las", queue_thresholds_gpu_s=[100.0], min_run_s=0)
+    base = JobView(job_id=1, gpus=2, submit_time=0, attained_gpu_s=5000, running=True)
+    fresh = JobView(job_id=2, gpus=1, submit_time=10, attained_gpu_s=0)
+    # without promotion it sits in queue 1 behind the fresh job
+    assert ids(rank([base, fresh], 20, cfg)) == [2, 1]
+    # promoted at 4950 GPU-s: 50 GPU-s since then, still queue 0, older -> first
+    lifted = replace(base, promoted_at_gpu_s=4950)
+    d = rank([lifted, fresh], 20, cfg)
+    assert ids(d) == [1, 2] and "attained 50 GPU-s since promotion < 100" in d[0].reason
+    # the quantum is used up once service since promotion passes the first threshold
+    assert ids(rank([replace(lifted, promoted_at_gpu_s=4850), fresh], 20, cfg)) == [2, 1]

@@ -46,6 +46,13 @@ def promoted(job: JobView, now: float, config: PolicyConfig) -> bool:
     return now - since >= config.starvation_factor * job.last_run_s
 
 
+def queue_service(job: JobView) -> float:
+    """Service that places a job in a queue: since its promotion while that stint lasts."""
+    if job.running and job.promoted_at_gpu_s is not None:
+        return max(0.0, job.attained_gpu_s - job.promoted_at_gpu_s)
+    return job.attained_gpu_s
+
+
 def _uses_queues(config: PolicyConfig) -> bool:
     return config.policy in ("gittins", "las")
 
@@ -58,7 +65,7 @@ def priority_key(job: JobView, now: float, config: PolicyConfig, table: GittinsT
         queue = (
             0
             if promoted(job, now, config)
-            else queue_of(job.attained_gpu_s, config.queue_thresholds_gpu_s)
+            else queue_of(queue_service(job), config.queue_thresholds_gpu_s)
         )
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
@@ -102,10 +109,10 @@ def key_change_after(
         if job.last_run_s < config.min_run_s:
             after = config.min_run_s - job.last_run_s
         if _uses_queues(config) and job.gpus > 0:
-            a = job.attained_gpu_s
-            q = queue_of(a, config.queue_thresholds_gpu_s)
+            a, qs = job.attained_gpu_s, queue_service(job)
+            q = queue_of(qs, config.queue_thresholds_gpu_s)
             if q < len(config.queue_thresholds_gpu_s):
-                after = min(after, (config.queue_thresholds_gpu_s[q] - a) / job.gpus)
+                after = min(after, (config.queue_thresholds_gpu_s[q] - qs) / job.gpus)
             if config.policy == "gittins" and table is not None and table.samples:
                 after = min(after, (table.next_change_gpu_s(a) - a) / job.gpus)
         return after
@@ -116,7 +123,7 @@ def key_change_after(
         and not promoted(job, now, config)
     ):
         since = job.waiting_since if job.waiting_since is not None else job.submit_time
-        return since + config.starvation_factor * job.last_run_s - now
+        return max(0.0, since + config.starvation_factor * job.last_run_s - now)
     return math.inf
 
 
@@ -132,8 +139,10 @@ def explain(
     p = config.policy
     if _uses_queues(config):
         ts = config.queue_thresholds_gpu_s
-        q = queue_of(job.attained_gpu_s, ts)
-        where = f"queue {q} (attained {job.attained_gpu_s:.0f} GPU-s"
+        qs = queue_service(job)
+        q = queue_of(qs, ts)
+        since = " since promotion" if job.running and job.promoted_at_gpu_s is not None else ""
+        where = f"queue {q} (attained {qs:.0f} GPU-s{since}"
         where += f" >= {ts[q - 1]:.0f})" if q > 0 else f" < {ts[0]:.0f})" if ts else ")"
         parts.append(where)
         if p == "gittins":

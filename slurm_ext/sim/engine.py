@@ -35,10 +35,10 @@ from slurm_ext.policy import (
     spread_slowdown,
 )
 from slurm_ext.policy.placement import consolidate_for, min_nodes
+from slurm_ext.policy.ranking import promoted
 from slurm_ext.sim.traces import TraceJob
 
 FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
-EPS = 1e-6
 
 
 @dataclass
@@ -70,7 +70,7 @@ class SimJob:
         "id", "gpus", "submit", "duration", "model", "user", "partition", "must_consolidate",
         "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
-        "preemptions", "first_start",
+        "preemptions", "first_start", "promoted_at",
     )  # fmt: skip
 
     def __init__(self, t: TraceJob, must_consolidate: bool) -> None:
@@ -99,6 +99,7 @@ class SimJob:
         self.stints = 0
         self.preemptions = 0
         self.first_start: float | None = None
+        self.promoted_at: float | None = None
 
     def view(self, now: float) -> JobView:
         ran = now - self.start if self.running else 0.0
@@ -115,6 +116,7 @@ class SimJob:
             partition=self.partition,
             model_tag=self.model,
             true_duration_s=self.duration,
+            promoted_at_gpu_s=self.promoted_at if self.running else None,
         )
 
 
@@ -206,8 +208,10 @@ class Simulator:
             bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
             heapq.heappush(bucket, (job.key, job.key_ver, self.seq, job))
         after = key_change_after(view, now, self.cfg, self.table)
-        if 0 < after < math.inf:
-            self._push_event(now + after + EPS, WAKE, job, job.key_ver)
+        if after < math.inf and not (self.dynamic and job.running):
+            # at the exact crossing; if rounding leaves it just short, the wake re-arms
+            wake = max(now + after, math.nextafter(now, math.inf))
+            self._push_event(wake, WAKE, job, job.key_ver)
 
     def _refresh_table(self, now: float) -> None:
         self.table = build_table(list(self.history), self.cfg)
@@ -298,6 +302,8 @@ class Simulator:
         return alloc
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
+        if promoted(job.view(now), now, self.cfg):  # a promoted job gets a fresh quantum
+            job.promoted_at = job.attained
         self.idx.take(alloc)
         job.alloc = alloc
         job.running = True
@@ -320,6 +326,7 @@ class Simulator:
         job.executed += ran
         job.last_run = ran
         job.running = False
+        job.promoted_at = None
         job.run_ver += 1
         if release:
             self.idx.give(job.alloc)
