@@ -56,6 +56,7 @@ def main() -> None:
         for g in range(GPUS):
             sim.set_gpu(g, power_w=300.0, util=0.6)
         cfg = AgentConfig(node_name="bench", state_file=os.path.join(tmp, "state.json"))
+        cfg.jobs.source = "environ"  # simulated jobs, no Slurm to ask
         agent = Agent(cfg, sim, None)
         agent.step()  # warm-up: first sight of every job reads its environment
         reads0 = agent.scanner.cgroup_reads

@@ -30,7 +30,10 @@ from nodeagent.cgroups import (
 from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
 from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
+from nodeagent.jobinfo import JobInfo, SlurmJobInfo
 from nodeagent.report import JobReport, ReportSender
+from slurm_ext.slurm.cli_backend import CliSlurmClient
+from slurm_ext.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -103,7 +106,10 @@ class Agent:
         mounts: CgroupMounts | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        slurm: SlurmClient | None = None,
     ) -> None:
+        """`slurm`: the client asked for job classes when `[jobs] source = "slurm"`
+        (default: `CliSlurmClient` from `[jobs]`)."""
         self.config = config
         self.node = config.node_name or socket.gethostname().split(".")[0]
         self.gpu_reader = gpu_reader
@@ -114,6 +120,11 @@ class Agent:
         self.scanner = JobScanner(config.proc_root)
         self.clock = clock
         self.wall = wall
+        j = config.jobs
+        self.job_info: SlurmJobInfo | None = None  # None: classes from the environment
+        if j.source == "slurm":
+            client = slurm or CliSlurmClient(slurm_conf=j.slurm_conf, timeout=j.timeout_s)
+            self.job_info = SlurmJobInfo(client, self.node, j.cache_s)
         c = config.colocation
         self.rules = co.ClassRules(
             tuple(c.guaranteed_qos),
@@ -253,11 +264,15 @@ class Agent:
         gpu_pids = {p.pid for g in gpus for p in g.processes}
         jobs = self.scanner.scan(gpu_pids)
         job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
+        trusted = self._trusted_info(jobs, now)  # may call squeue: outside the lock
         with self.lock:
             for job_id, jp in jobs.items():
-                if job_id not in self.accounts:
+                new = job_id not in self.accounts
+                if new:
                     self.accounts[job_id] = self._new_account(jp, wall)
                 self.accounts[job_id].last_seen = wall
+                if trusted is not None:
+                    self._set_class(self.accounts[job_id], trusted.get(job_id), new)
             self._gpu_energy(gpus, job_of_pid, now)
             uses = self._job_gpu_use(gpus, job_of_pid)
             self._account_gpu(uses, dt)
@@ -276,19 +291,49 @@ class Agent:
         return actions
 
     def _new_account(self, jp: JobProcesses, wall: float) -> JobAccount:
-        env = job_slurm_env(jp.pids, self.config.proc_root)
-        qos, part = env.get("SLURM_JOB_QOS", ""), env.get("SLURM_JOB_PARTITION", "")
-        klass = co.classify(qos, part, self.rules)
-        log.info("job %s seen: qos=%r partition=%r class=%s", jp.job_id, qos, part, klass)
-        return JobAccount(
-            jp.job_id,
-            wall,
-            wall,
-            klass,
-            qos,
-            part,
-            cpus_alloc=job_cpus_alloc(jp.placement, self.mounts),
+        acc = JobAccount(
+            jp.job_id, wall, wall, cpus_alloc=job_cpus_alloc(jp.placement, self.mounts)
         )
+        if self.job_info is None:  # source = "environ": the user's own word, spoofable
+            env = job_slurm_env(jp.pids, self.config.proc_root)
+            acc.qos, acc.partition = (
+                env.get("SLURM_JOB_QOS", ""),
+                env.get("SLURM_JOB_PARTITION", ""),
+            )
+            acc.klass = co.classify(acc.qos, acc.partition, self.rules)
+            log.info(
+                "job %s seen: qos=%r partition=%r class=%s (environ)",
+                jp.job_id,
+                acc.qos,
+                acc.partition,
+                acc.klass,
+            )
+        return acc
+
+    def _trusted_info(self, jobs: dict[int, JobProcesses], now: float) -> dict[int, JobInfo] | None:
+        """Slurm's QOS/partition of the jobs present (None with source = "environ")."""
+        if self.job_info is None:
+            return None
+        answer = self.job_info.lookup(jobs, now)
+        if answer.error is not None:  # logged once per outage by SlurmJobInfo
+            self.error_counts["slurm"] = self.error_counts.get("slurm", 0) + 1
+        return answer.info
+
+    def _set_class(self, acc: JobAccount, info: JobInfo | None, new: bool) -> None:
+        """Class from Slurm's record, or the default while Slurm has not vouched for the
+        job (never the environment); re-evaluated every sample, logged when it changes."""
+        qos, part = (info.qos, info.partition) if info is not None else ("", "")
+        klass = co.classify(qos, part, self.rules)  # no answer: the default
+        if new or (klass, qos, part) != (acc.klass, acc.qos, acc.partition):
+            log.info(
+                "job %s: qos=%r partition=%r class=%s (%s)",
+                acc.job_id,
+                qos,
+                part,
+                klass,
+                "slurm" if info is not None else "default: no answer from Slurm for it",
+            )
+        acc.klass, acc.qos, acc.partition = klass, qos, part
 
     def _gpu_energy(self, gpus: list[GpuSample], job_of_pid: dict[int, int], now: float) -> None:
         migs: dict[str, list[GpuSample]] = {}

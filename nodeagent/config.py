@@ -92,6 +92,24 @@ class ColocationConfig:
 
 
 @dataclass
+class JobsConfig:
+    """Where a job's QOS and partition, hence its co-location class, come from.
+
+    "slurm": slurmctld (`squeue --json`), which the job's user cannot change. "environ":
+    SLURM_JOB_QOS / SLURM_JOB_PARTITION of the job's first process, for nodes that cannot
+    reach slurmctld; spoofable (a batch script can re-exec itself with other values)."""
+
+    source: str = choices("slurm", "environ", default="slurm")
+    slurm_conf: str | None = None  # SLURM_CONF for squeue; None: Slurm's own default
+    timeout_s: float = 10.0  # one squeue call
+    cache_s: float = 60.0  # an answer per job id is reused this long; also the retry delay
+
+    def __post_init__(self) -> None:
+        _positive("timeout_s", self.timeout_s)
+        _positive("cache_s", self.cache_s)
+
+
+@dataclass
 class AgentConfig:
     node_name: str = ""  # default: the short host name
     interval_s: float = 5.0
@@ -103,6 +121,7 @@ class AgentConfig:
     exporter: ExporterConfig = field(default_factory=ExporterConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     colocation: ColocationConfig = field(default_factory=ColocationConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
 
     def __post_init__(self) -> None:
         _positive("interval_s", self.interval_s)

@@ -66,7 +66,9 @@ class AgentCollector:
             P + "colocation_actions", "Pauses and resumes by the agent", labels=["action", "reason"]
         )
         errs = CounterMetricFamily(
-            P + "agent_errors", "Errors by source (gpu, state, report, step)", labels=["source"]
+            P + "agent_errors",
+            "Errors by source (gpu, slurm, state, report, step)",
+            labels=["source"],
         )
         samples = CounterMetricFamily(P + "agent_samples", "Samples taken")
         dur = GaugeMetricFamily(P + "agent_sample_cpu_seconds", "CPU time of the last sample")

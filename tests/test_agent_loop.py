@@ -46,6 +46,7 @@ def cg():
 
 def make_agent(tmp_path, clock, sim, rapl_dir=None, sender=None) -> Agent:
     cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
+    cfg.jobs.source = "environ"  # these jobs exist only as cgroups: no Slurm to ask
     cfg.colocation.opportunistic_qos = ["scavenger"]
     cfg.colocation.slow_fraction = 0.7
     rapl = RaplReader(rapl_dir) if rapl_dir else None

@@ -1,0 +1,113 @@
+"""Trusted QOS and partition of the jobs on this node, from slurmctld.
+
+A job's environment belongs to its user: a batch script that does `exec env
+SLURM_JOB_PARTITION=gpu ...` rewrites the environment of the job's first process, which
+is what the `environ` source reads. slurmctld's record of the job cannot be changed by
+the user, so with `[jobs] source = "slurm"` the class of a job on a shared GPU comes
+from there. One `squeue --json` answers for every job on the node; answers are cached
+per job id so a steady node asks once per `cache_s`, not once per sample or per job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from slurm_ext.slurm.client import SlurmClient, SlurmError
+
+log = logging.getLogger(__name__)
+
+# COMPLETING: processes may linger while Slurm ends the job; it is still the same job.
+STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What slurmctld says about a job running on this node."""
+
+    qos: str
+    partition: str
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The answer for the jobs asked about. A job missing from `info` is unknown: Slurm did
+    not answer yet, or says it is not running on this node; its class is the default."""
+
+    info: dict[int, JobInfo]
+    error: str | None = None  # this call tried Slurm and failed (for the error metric)
+
+
+class SlurmJobInfo:
+    """QOS and partition per job id from `SlurmClient.jobs()`, cached for `cache_s`.
+
+    Slurm is asked only when a job id without an answer appears or an answer is older than
+    `cache_s`; a job Slurm does not know is remembered as such for `cache_s` too, so a
+    stray process claiming a job id cannot make the agent ask at every sample. After a
+    failure the next try waits `cache_s` (a controller that times out would otherwise
+    stall every sample); answers already held stay in use meanwhile. One warning per
+    outage, one info line when Slurm answers again.
+    """
+
+    def __init__(self, client: SlurmClient, node: str, cache_s: float) -> None:
+        self.client = client
+        self.node = node
+        self.cache_s = cache_s
+        self._entries: dict[int, tuple[float, JobInfo | None]] = {}  # id -> (when, answer)
+        self._next_try = float("-inf")
+        self._down = False
+        self._elsewhere_logged: set[int] = set()
+
+    def lookup(self, job_ids: Iterable[int], now: float) -> Lookup:
+        ids = set(job_ids)
+        for job in [j for j in self._entries if j not in ids]:
+            del self._entries[job]
+        self._elsewhere_logged &= ids
+        stale = any(
+            j not in self._entries or now - self._entries[j][0] >= self.cache_s for j in ids
+        )
+        error = None
+        if stale and now >= self._next_try:
+            error = self._refresh(ids, now)
+        info = {
+            j: e[1] for j in ids if (e := self._entries.get(j)) is not None and e[1] is not None
+        }
+        return Lookup(info, error)
+
+    def _refresh(self, ids: set[int], now: float) -> str | None:
+        try:
+            running = self.client.jobs(states=STATES)
+        except (SlurmError, OSError) as exc:
+            self._next_try = now + self.cache_s
+            if not self._down:
+                self._down = True
+                log.warning(
+                    "cannot ask Slurm for job QOS/partition (%s): jobs without an answer "
+                    "get the default class until it answers",
+                    exc,
+                )
+            return str(exc)
+        if self._down:
+            self._down = False
+            log.info("Slurm answers again: job classes come from slurmctld")
+        self._next_try = float("-inf")
+        by_id = {j.job_id: j for j in running}
+        for job_id in ids:
+            job = by_id.get(job_id)
+            answer = None
+            if job is not None and self.node in job.nodes:
+                answer = JobInfo(job.qos, job.partition)
+            elif job_id not in self._elsewhere_logged:
+                # a process outside any job cgroup names its job by SLURM_JOB_ID, which the
+                # user controls; a job Slurm runs elsewhere (or not at all) is not trusted
+                self._elsewhere_logged.add(job_id)
+                where = ",".join(job.nodes) if job is not None else "nowhere"
+                log.warning(
+                    "job %s is not running on %s per Slurm (%s): default class",
+                    job_id,
+                    self.node,
+                    where,
+                )
+            self._entries[job_id] = (now, answer)
+        return None
