@@ -270,13 +270,14 @@ class Store:
     def add_reports(self, reports: Sequence[JobReport]) -> int:
         now = time.time()
         with self.db:
-            # cumulative reports: a late re-delivery of an older one must not win
+            # cumulative reports: a late re-delivery of an older one must not win (an equal
+            # period_end may: the final report repeats the last running one, flagged final)
             cur = self.db.executemany(
                 """INSERT INTO job_reports VALUES (?, ?, ?, ?, ?, ?)
                    ON CONFLICT(node, job_id, period_start) DO UPDATE SET
                        period_end=excluded.period_end, payload=excluded.payload,
                        received_at=excluded.received_at
-                   WHERE excluded.period_end > job_reports.period_end""",
+                   WHERE excluded.period_end >= job_reports.period_end""",
                 [
                     (r.node, r.job_id, r.period_start, r.period_end, json.dumps(r.__dict__), now)
                     for r in reports
