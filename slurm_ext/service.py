@@ -13,7 +13,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices
@@ -114,9 +114,15 @@ class PassResult:
 
 
 def fold_jobs(
-    records: dict[int, JobRecord], jobs: Sequence[Job], now: float
+    records: dict[int, JobRecord],
+    jobs: Sequence[Job],
+    now: float,
+    promoted: Collection[int] = (),
 ) -> tuple[dict[int, JobRecord], list[tuple[int, float, float, float]]]:
     """Advance attained-service records with a fresh snapshot.
+
+    `promoted`: jobs the starvation guard had promoted while they waited; a stint one of
+    them starts counts its queue from the service it had then (as the simulator does).
 
     Returns the updated records (done ones included, marked) and completions
     (job_id, gpu_s, run_s, end_time) for the Gittins history. A stint's start is
@@ -151,16 +157,18 @@ def fold_jobs(
         gpus = job.gpus or prev.gpus
         closed_gpu, closed_run, last_run = prev.closed_gpu_s, prev.closed_run_s, prev.last_run_s
         run_start, waiting = prev.run_start, prev.waiting_since
+        promoted_at = prev.promoted_at_gpu_s
         state = job.state
         terminal = state.value in TERMINAL
 
         def close(end: float, gpus: int = gpus) -> None:
-            nonlocal closed_gpu, closed_run, last_run, run_start
+            nonlocal closed_gpu, closed_run, last_run, run_start, promoted_at
             run = max(0.0, end - run_start)  # type: ignore[operator]
             closed_gpu += run * gpus
             closed_run += run
             last_run = run
             run_start = None
+            promoted_at = None
 
         if state in (JobState.RUNNING, JobState.COMPLETING):
             start = job.start_time or now
@@ -168,6 +176,8 @@ def fold_jobs(
                 # fresh start (Slurm's StartTime is exact) or resume from suspend (now)
                 run_start = start if prev.state != "SUSPENDED" else now
                 waiting = None
+                if job.job_id in promoted and prev.state != "SUSPENDED":
+                    promoted_at = closed_gpu
             elif start > run_start + 1 and prev.state != "SUSPENDED":
                 # requeued and restarted between two passes: close the old stint
                 close(min(prev.last_seen, start))
@@ -198,6 +208,7 @@ def fold_jobs(
             last_seen=now,
             state=state.value,
             done=terminal,
+            promoted_at_gpu_s=promoted_at,
         )
     for job_id, rec in records.items():
         if job_id in seen or rec.done:
@@ -223,6 +234,7 @@ def _persisted(rec: JobRecord | None) -> tuple | None:
         rec.gpus,
         rec.partition,
         rec.done,
+        rec.promoted_at_gpu_s,
     )
 
 
@@ -239,6 +251,7 @@ def _close(rec: JobRecord, end: float) -> JobRecord:
         closed_run_s=rec.closed_run_s + run,
         last_run_s=run,
         run_start=None,
+        promoted_at_gpu_s=None,
     )
 
 
@@ -256,6 +269,7 @@ def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
         user=job.user,
         partition=job.partition,
         model_tag=rec.model_tag,
+        promoted_at_gpu_s=rec.promoted_at_gpu_s if job.running else None,
     )
 
 
@@ -315,6 +329,7 @@ class Service:
         self.failures = 0
         # in-memory copies of the store's tables; the store is written only where they change
         self._next_sacct = 0.0
+        self._promoted: set[int] = set()  # waiting jobs the last pass promoted
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
 
@@ -342,7 +357,7 @@ class Service:
         jobs = self.client.jobs(states=ACTIVE + TERMINAL)
         nodes = self.client.nodes()
         old_records, stored = self._load()
-        records, completions = fold_jobs(old_records, jobs, now)
+        records, completions = fold_jobs(old_records, jobs, now, self._promoted)
         self.store.save_jobs(
             [r for j, r in records.items() if _persisted(r) != _persisted(old_records.get(j))],
             completions,
@@ -353,6 +368,7 @@ class Service:
         views = [job_view(j, records[j.job_id], now) for j in active]
         decisions = rank(views, now, self.config.policy, history or None)
         res.decisions, res.ranked = decisions, len(decisions)
+        self._promoted = {d.job_id for d in decisions if d.promoted}
         by_id = {j.job_id: j for j in active}
         pins = self.store.pins()
         targets = [

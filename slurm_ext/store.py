@@ -80,6 +80,10 @@ MIGRATIONS: list[str] = [
         dry_run INTEGER NOT NULL
     );
     """,
+    # 2: the starvation guard's promotion is remembered for the stint it started
+    """
+    ALTER TABLE jobs ADD COLUMN promoted_at_gpu_s REAL;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -105,6 +109,8 @@ class JobRecord:
     last_seen: float
     state: str
     done: bool
+    # attained service when a starvation promotion started the current stint (else None)
+    promoted_at_gpu_s: float | None = None
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
@@ -195,13 +201,14 @@ class Store:
             self.db.executemany(
                 """INSERT INTO jobs VALUES (:job_id, :user, :partition, :name, :model_tag, :gpus,
                        :submit_time, :closed_gpu_s, :closed_run_s, :last_run_s, :run_start,
-                       :waiting_since, :last_seen, :state, :done)
+                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s)
                    ON CONFLICT(job_id) DO UPDATE SET user=excluded.user, partition=excluded.partition,
                        name=excluded.name, model_tag=excluded.model_tag, gpus=excluded.gpus,
                        submit_time=excluded.submit_time, closed_gpu_s=excluded.closed_gpu_s,
                        closed_run_s=excluded.closed_run_s, last_run_s=excluded.last_run_s,
                        run_start=excluded.run_start, waiting_since=excluded.waiting_since,
-                       last_seen=excluded.last_seen, state=excluded.state, done=excluded.done""",
+                       last_seen=excluded.last_seen, state=excluded.state, done=excluded.done,
+                       promoted_at_gpu_s=excluded.promoted_at_gpu_s""",
                 [r.__dict__ | {"done": int(r.done)} for r in records],
             )
             self.db.executemany(

@@ -242,3 +242,48 @@ def test_a_user_without_write_access_can_read_the_store():
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_promoted_job_keeps_its_fresh_quantum_for_the_stint():
+    """As in the simulator: a job the starvation guard promoted starts a stint whose queue
+    counts service since the promotion; the next stint counts all of it again."""
+    from slurm_ext.policy import PolicyConfig, rank
+    from slurm_ext.service import job_view
+
+    cfg = PolicyConfig(
+        policy="las", queue_thresholds_gpu_s=[100.0], starvation_factor=2.0, min_run_s=0.0
+    )
+    recs, _ = fold_jobs({}, [_job(1, "RUNNING", gpus=2, start=100)], now=100)
+    recs, _ = fold_jobs(recs, [_job(1, "RUNNING", gpus=2, start=100)], now=200)  # 200 GPU-s
+    recs, _ = fold_jobs(recs, [_job(1, "PENDING", gpus=2)], now=200)  # requeued at 200
+    waiting = job_view(_job(1, "PENDING", gpus=2), recs[1], now=500)  # waited 300 > 2 x 100
+    (d,) = rank([waiting], 500, cfg)
+    assert d.promoted and d.queue == 0
+    recs, _ = fold_jobs(recs, [_job(1, "RUNNING", gpus=2, start=510)], now=520, promoted={1})
+    assert recs[1].promoted_at_gpu_s == 200
+    running = job_view(_job(1, "RUNNING", gpus=2, start=510), recs[1], now=520)
+    (d,) = rank([running], 520, cfg)
+    assert d.queue == 0  # 20 GPU-s since the promotion, not 220
+    recs, _ = fold_jobs(recs, [_job(1, "PENDING", gpus=2)], now=600)
+    assert recs[1].promoted_at_gpu_s is None
+    (d,) = rank([job_view(_job(1, "PENDING", gpus=2), recs[1], now=601)], 601, cfg)
+    assert d.queue == 1  # the next stint counts all of its service again
+
+
+def test_a_version_1_store_is_migrated_in_place(tmp_path):
+    from slurm_ext.store import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(MIGRATIONS[0] + ";PRAGMA user_version=1;")
+    db.execute(
+        "INSERT INTO jobs (job_id, gpus, closed_gpu_s, state) VALUES (5, 2, 123.0, 'PENDING')"
+    )
+    db.execute("INSERT INTO completions VALUES (4, 50.0, 25.0, 1000.0, 'service')")
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION >= 2
+    rec = store.job(5)
+    assert (rec.closed_gpu_s, rec.promoted_at_gpu_s) == (123.0, None)
+    assert store.history_gpu_s(10) == [50.0]
