@@ -148,6 +148,11 @@ class Simulator:
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.done = 0
+        # a failed preemption attempt is not retried until a running job stops or ranks
+        # lower (epoch), or the blocked job's key changes: job id -> (key_ver, epoch)
+        self.epoch = 0
+        self.no_room: dict[int, tuple[int, int]] = {}
+        self.on_node: dict[str, dict[SimJob, None]] = {n: {} for n in self.idx.free}
         for j in self.jobs:
             if j.gpus > self.total_gpus:
                 raise ValueError(
@@ -199,7 +204,10 @@ class Simulator:
     def _rekey(self, job: SimJob, now: float) -> None:
         """Recompute the job's key, file it in its heap and schedule its next change."""
         view = job.view(now)
+        old = job.key
         job.key = priority_key(view, now, self.cfg, self.table)
+        if job.running and job.key > old:
+            self.epoch += 1
         job.key_ver += 1
         self.seq += 1
         if job.running:
@@ -265,8 +273,10 @@ class Simulator:
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:
                         can_preempt = False  # nobody ranks below this job or the next
-                    else:
+                    elif self.no_room.get(job.id) != (job.key_ver, self.epoch):
                         alloc = self._make_room(job, now)
+                        if alloc is None:
+                            self.no_room[job.id] = (job.key_ver, self.epoch)
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
                     break
@@ -277,7 +287,14 @@ class Simulator:
                 return
 
     def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
-        """Preempt running jobs ranked below `job`, worst first, until it fits."""
+        """Preempt running jobs ranked below `job` until it fits; None if they cannot make room.
+
+        A job that must consolidate needs whole nodes' worth of room: the nodes whose
+        lower-ranked jobs free the most are cleared, worst jobs first. Others take the
+        worst-ranked jobs anywhere. Victims whose GPUs end up unused keep running.
+        """
+        if job.must_consolidate:
+            return self._clear_nodes(job, now)
         victims: list[tuple] = []
         alloc = None
         while alloc is None:
@@ -301,10 +318,43 @@ class Simulator:
             self.idx.give(alloc)  # _start takes it again
         return alloc
 
+    def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        cap = self.idx.capacity
+        need_nodes = min_nodes(job.gpus, cap)
+        plans = []  # (GPUs preempted, node, room it would have, victims worst first)
+        for node, jobs in self.on_node.items():
+            free = self.idx.free[node]
+            worse = sorted((v for v in jobs if v.key > job.key), key=lambda v: v.key, reverse=True)
+            room = free + sum(g for v in worse for n, g in v.alloc if n == node)
+            if room >= min(job.gpus, cap) or (need_nodes > 1 and room == cap):
+                plans.append((room, node, free, worse))
+        if need_nodes == 1:
+            target = min(job.gpus, cap)
+            chosen = sorted(
+                ((_cost(p, target), p) for p in plans if p[0] >= target), key=lambda t: t[0]
+            )[:1]
+        else:
+            full = [p for p in plans if p[0] == cap]
+            if len(full) < need_nodes:
+                return None
+            chosen = sorted(((_cost(p, cap), p) for p in full), key=lambda t: t[0])[:need_nodes]
+        if not chosen:
+            return None
+        for _, (_, node, _, worse) in chosen:
+            target = min(job.gpus, cap)
+            for v in worse:
+                if self.idx.free[node] >= target:
+                    break
+                if v.running:  # a multi-node victim may already be gone
+                    self._preempt(v, now, release=True)
+        return choose_gpus(self.idx, job.gpus, True)
+
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         if promoted(job.view(now), now, self.cfg):  # a promoted job gets a fresh quantum
             job.promoted_at = job.attained
         self.idx.take(alloc)
+        for n, _ in alloc:
+            self.on_node[n][job] = None
         job.alloc = alloc
         job.running = True
         job.start = now
@@ -320,6 +370,7 @@ class Simulator:
         self._rekey(job, now)
 
     def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
+        self.epoch += 1
         ran = now - job.start
         job.progress = min(job.duration, job.progress + max(0.0, ran - job.overhead) / job.slowdown)
         job.attained += job.gpus * ran
@@ -330,10 +381,12 @@ class Simulator:
         job.run_ver += 1
         if release:
             self.idx.give(job.alloc)
+        for n, _ in job.alloc:
+            del self.on_node[n][job]
         job.alloc = []
 
-    def _preempt(self, job: SimJob, now: float) -> None:
-        self._stop(job, now, release=False)
+    def _preempt(self, job: SimJob, now: float, release: bool = False) -> None:
+        self._stop(job, now, release=release)
         job.preemptions += 1
         self.preemptions += 1
         job.waiting_since = now
@@ -371,3 +424,14 @@ class Simulator:
 
     def views(self, now: float) -> list[JobView]:
         return [j.view(now) for j in self.active()]
+
+
+def _cost(plan: tuple, target: int) -> tuple[int, int]:
+    """GPUs a node plan preempts to reach `target` free (fewest first), then leftover."""
+    room, _node, free, worse = plan
+    taken = 0
+    for v in worse:
+        if free + taken >= target:
+            break
+        taken += sum(g for n, g in v.alloc if n == _node)
+    return (taken, room - target)
