@@ -191,8 +191,8 @@ class Simulator:
                     need_pass = need_pass or not job.running or self._outranked(job.key)
             if need_pass or self.dynamic:
                 self._pass(now)
-            if self.on_pass is not None:
-                self.on_pass(self, now)
+                if self.on_pass is not None:
+                    self.on_pass(self, now)
             passes += 1
             if self.progress is not None and passes % 5000 == 0:
                 self.progress(self.done, n, now)
@@ -319,34 +319,36 @@ class Simulator:
         return alloc
 
     def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """Free whole-node room for a consolidated job by preempting lower-ranked jobs.
+
+        Nodes are picked by the fewest GPUs to free (then the least room left over); on a
+        picked node the worst-ranked jobs go first, only as many as needed.
+        """
         cap = self.idx.capacity
         need_nodes = min_nodes(job.gpus, cap)
-        plans = []  # (GPUs preempted, node, room it would have, victims worst first)
+        target = min(job.gpus, cap)
+        jk = job.key
+        free_of = self.idx.free
+        cands = []  # (GPUs to free, leftover room, node)
         for node, jobs in self.on_node.items():
-            free = self.idx.free[node]
-            worse = sorted((v for v in jobs if v.key > job.key), key=lambda v: v.key, reverse=True)
-            room = free + sum(g for v in worse for n, g in v.alloc if n == node)
-            if room >= min(job.gpus, cap) or (need_nodes > 1 and room == cap):
-                plans.append((room, node, free, worse))
-        if need_nodes == 1:
-            target = min(job.gpus, cap)
-            chosen = sorted(
-                ((_cost(p, target), p) for p in plans if p[0] >= target), key=lambda t: t[0]
-            )[:1]
-        else:
-            full = [p for p in plans if p[0] == cap]
-            if len(full) < need_nodes:
-                return None
-            chosen = sorted(((_cost(p, cap), p) for p in full), key=lambda t: t[0])[:need_nodes]
-        if not chosen:
+            free = free_of[node]
+            room = free
+            for v in jobs:
+                if v.key > jk:
+                    room += _share(v, node)
+            if room >= target:
+                cands.append((max(0, target - free), room - target, node))
+        if len(cands) < need_nodes:
             return None
-        for _, (_, node, _, worse) in chosen:
-            target = min(job.gpus, cap)
-            for v in worse:
-                if self.idx.free[node] >= target:
-                    break
-                if v.running:  # a multi-node victim may already be gone
-                    self._preempt(v, now, release=True)
+        if need_nodes > 1:
+            cands = [c for c in cands if c[1] + target == cap]  # whole nodes only
+            if len(cands) < need_nodes:
+                return None
+        cands.sort()
+        for _, _, node in cands[:need_nodes]:
+            worse = sorted((v for v in self.on_node[node] if v.key > jk), key=lambda v: v.key)
+            while free_of[node] < target and worse:
+                self._preempt(worse.pop(), now, release=True)  # worst first
         return choose_gpus(self.idx, job.gpus, True)
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
@@ -426,12 +428,8 @@ class Simulator:
         return [j.view(now) for j in self.active()]
 
 
-def _cost(plan: tuple, target: int) -> tuple[int, int]:
-    """GPUs a node plan preempts to reach `target` free (fewest first), then leftover."""
-    room, _node, free, worse = plan
-    taken = 0
-    for v in worse:
-        if free + taken >= target:
-            break
-        taken += sum(g for n, g in v.alloc if n == _node)
-    return (taken, room - target)
+def _share(job: SimJob, node: str) -> int:
+    for n, g in job.alloc:
+        if n == node:
+            return g
+    return 0

@@ -1,0 +1,120 @@
+"""Simulator benchmark: policy quality (avg JCT vs FIFO and the SRTF oracle) and speed.
+
+    .venv/bin/python benchmarks/bench_sim.py                 # quick: small traces
+    .venv/bin/python benchmarks/bench_sim.py --full          # the figures in docs/benchmarks.md
+    .venv/bin/python benchmarks/bench_sim.py --speed-only --full
+
+Quality: the shipped Tiresias 60-job trace (8 GPUs) and seeded Philly-like synthetic
+traces (64 GPUs, offered load 1.05), preemptive, consolidated placement. Speed: preemptive
+2D-Gittins with placement on 1,000 GPUs (125 nodes x 8) from 10k to 100k jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.sim.engine import SimConfig, Simulator
+from slurm_ext.sim.metrics import summarize
+from slurm_ext.sim.report import table
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.traces import read_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE_60 = ROOT / "tests" / "data" / "tiresias-60job.csv"
+
+
+def variants(base: PolicyConfig) -> list[tuple[str, PolicyConfig]]:
+    return [
+        ("fifo", replace(base, policy="fifo")),
+        ("multifactor", replace(base, policy="multifactor")),
+        (
+            "las-2q",
+            replace(base, policy="las", queue_thresholds_gpu_s=[3600.0], starvation_factor=0),
+        ),
+        ("las", replace(base, policy="las")),
+        ("gittins", replace(base, policy="gittins")),
+        ("sjf*", replace(base, policy="sjf")),
+        ("srtf*", replace(base, policy="srtf")),
+    ]
+
+
+def quality(trace, base: PolicyConfig, cluster: SimConfig) -> list[dict]:
+    rows = []
+    for label, cfg in variants(base):
+        t0 = time.perf_counter()
+        sim = Simulator(trace, cfg, cluster)
+        row = summarize(sim.run(), sim.total_gpus, sim.preemptions)
+        row["runtime_s"] = time.perf_counter() - t0
+        row["policy"] = label
+        rows.append(row)
+    fifo = rows[0]["avg_jct_s"]
+    srtf = next(r for r in rows if r["policy"] == "srtf*")["avg_jct_s"]
+    for r in rows:
+        r["vs_fifo"] = r["avg_jct_s"] / fifo
+        r["vs_srtf"] = r["avg_jct_s"] / srtf
+    return rows
+
+
+def speed(sizes: list[int], base: PolicyConfig) -> list[tuple[int, float, int, int]]:
+    out = []
+    for n in sizes:
+        trace = synth_jobs(n, 1000, load=1.05, seed=1)
+        cluster = SimConfig(nodes=125, gpus_per_node=8, placement="consolidate")
+        t0 = time.perf_counter()
+        sim = Simulator(trace, replace(base, policy="gittins"), cluster)
+        sim.run()
+        out.append((n, time.perf_counter() - t0, sim.preemptions, sim.seq))
+        print(f"  {n} jobs: {out[-1][1]:.1f} s", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="10k-job synthetic traces, speed to 100k")
+    ap.add_argument("--seeds", default="1,2,3", help="synthetic trace seeds")
+    ap.add_argument("--jobs", type=int, default=None, help="jobs per synthetic trace")
+    ap.add_argument("--speed-only", action="store_true")
+    ap.add_argument("--quality-only", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="print markdown tables")
+    args = ap.parse_args()
+    base = PolicyConfig()
+    show = lambda rows: print(table(rows, markdown=args.markdown) + "\n")  # noqa: E731
+    if not args.speed_only:
+        small = replace(base, queue_thresholds_gpu_s=[500.0], min_run_s=30.0)
+        print(
+            "Tiresias 60-job trace, 1 node x 8 GPUs, thresholds [500], min_run 30 s, restart 10 s"
+        )
+        show(
+            quality(
+                read_trace(TRACE_60).jobs,
+                small,
+                SimConfig(nodes=1, gpus_per_node=8, restart_overhead_s=10),
+            )
+        )
+        n = args.jobs or (10000 if args.full else 3000)
+        for seed in (int(s) for s in args.seeds.split(",")):
+            print(f"synthetic Philly-like, {n} jobs, seed {seed}, 8 nodes x 8 GPUs, load 1.05")
+            show(
+                quality(
+                    synth_jobs(n, 64, load=1.05, seed=seed),
+                    base,
+                    SimConfig(nodes=8, gpus_per_node=8),
+                )
+            )
+    if not args.quality_only:
+        sizes = [10000, 20000, 50000, 100000] if args.full else [10000, 20000]
+        print("speed: preemptive 2D-Gittins, consolidated placement, 125 nodes x 8 GPUs")
+        rows = speed(sizes, base)
+        print("| jobs | runtime s | s per 1k jobs | preemptions | events |")
+        print("|---|---|---|---|---|")
+        for n, t, p, ev in rows:
+            print(f"| {n} | {t:.1f} | {t / n * 1000:.2f} | {p} | {ev} |")
+
+
+if __name__ == "__main__":
+    main()
