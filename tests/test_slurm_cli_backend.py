@@ -117,11 +117,15 @@ def test_malformed_json_is_a_clear_error(tmp_path):
         client.jobs()
 
 
-def test_unexpected_record_is_a_clear_error(tmp_path):
-    body = 'echo \'{"jobs": [{"job_state": "RUNNING"}]}\''
+def test_unreadable_record_is_skipped_and_named(tmp_path, caplog):
+    good = '{"job_id": 7, "job_state": "PENDING", "tres_per_node": "gres:gpu:1"}'
+    body = f'echo \'{{"jobs": [{{"job_state": "RUNNING"}}, {good}, 5]}}\''
     client = CliSlurmClient(bin_dir=_fake_slurm_bin(tmp_path, "squeue", body))
-    with pytest.raises(SlurmError, match="unreadable job record"):
-        client.jobs()
+    with caplog.at_level("WARNING", logger="slurm_ext.slurm"):
+        jobs = client.jobs()
+    assert [(j.job_id, j.gpus) for j in jobs] == [(7, 1)]
+    assert "skipping unreadable job record None: 'job_id'" in caplog.text
+    assert "skipping unreadable job record 5" in caplog.text
 
 
 def test_slow_slurm_times_out_bounded(tmp_path):

@@ -9,6 +9,7 @@ objects and state lists of v0.0.39+ (Slurm >= 23.02).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from slurm_ext.model import Job, JobState, Node
 from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
+
+log = logging.getLogger("slurm_ext.slurm")
 
 _UNAVAILABLE_HINTS = (
     "Unable to contact slurm controller",
@@ -136,10 +139,14 @@ class CliSlurmClient:
         for rec in records:
             try:
                 job = job_from_squeue(rec)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise SlurmError(
-                    "squeue --json", f"unreadable job record {rec.get('job_id')!r}: {exc}"
-                ) from exc
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # one odd record must not stop the service ranking every other job
+                log.warning(
+                    "squeue --json: skipping unreadable job record %r: %s",
+                    rec.get("job_id") if isinstance(rec, dict) else rec,
+                    exc,
+                )
+                continue
             if job.state.value in wanted:
                 jobs.append(job)
         return jobs
@@ -150,10 +157,13 @@ class CliSlurmClient:
         for rec in records:
             try:
                 node = node_from_sinfo(rec)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise SlurmError(
-                    "sinfo --json", f"unreadable node record {rec.get('name')!r}: {exc}"
-                ) from exc
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning(
+                    "sinfo --json: skipping unreadable node record %r: %s",
+                    rec.get("name") if isinstance(rec, dict) else rec,
+                    exc,
+                )
+                continue
             out.setdefault(node.name, node)  # sinfo repeats a node once per partition
         return list(out.values())
 
