@@ -352,3 +352,17 @@ def test_slurm_conf_is_exported_before_import(
         assert os.environ["SLURM_CONF"] == conf
     finally:
         sys.modules.pop("pyslurm", None)
+
+
+def test_client_skips_an_unreadable_record_like_the_cli_backend(
+    stand_in: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """One odd record is named in a warning and left out; the others are read."""
+    pyslurm = sys.modules["pyslurm"]
+    good = pyslurm.Jobs.load()
+    broken = types.SimpleNamespace(id=99, state=object(), gres_per_node="gpu:x:y:z")
+    pyslurm.Jobs.load = staticmethod(lambda: {**good, 99: broken})
+    with caplog.at_level("WARNING", logger="slurm_ext.slurm"):
+        jobs = PySlurmClient().jobs()
+    assert sorted(j.job_id for j in jobs) == [1, 2, 3, 10, 11]
+    assert "skipping unreadable job 99" in caplog.text

@@ -18,6 +18,7 @@ Quirks of pyslurm 25.11.2 this module works around or refuses (read from its sou
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -27,6 +28,8 @@ from slurm_ext.model import Job, JobState, Node
 from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
+
+log = logging.getLogger("slurm_ext.slurm")
 
 # Slurm errno values (slurm_errno.h) that mean "slurmctld did not answer".
 _UNAVAILABLE_ERRNOS = frozenset(
@@ -298,8 +301,13 @@ class PySlurmClient:
             try:
                 job = job_from_pyslurm(obj)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                jid = getattr(obj, "id", None)
-                raise SlurmError("pyslurm.Jobs.load()", f"unreadable job {jid!r}: {exc}") from exc
+                # as the CLI backend: one odd record must not stop every other job's ranking
+                log.warning(
+                    "pyslurm.Jobs.load(): skipping unreadable job %r: %s",
+                    getattr(obj, "id", None),
+                    exc,
+                )
+                continue
             if job.state.value in wanted:
                 jobs.append(job)
         return jobs
@@ -311,10 +319,11 @@ class PySlurmClient:
             try:
                 out.append(node_from_pyslurm(obj))
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                name = getattr(obj, "name", None)
-                raise SlurmError(
-                    "pyslurm.Nodes.load()", f"unreadable node {name!r}: {exc}"
-                ) from exc
+                log.warning(
+                    "pyslurm.Nodes.load(): skipping unreadable node %r: %s",
+                    getattr(obj, "name", None),
+                    exc,
+                )
         return out
 
     # ---- writes ---------------------------------------------------------------------
