@@ -287,3 +287,12 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     rec = store.job(5)
     assert (rec.closed_gpu_s, rec.promoted_at_gpu_s) == (123.0, None)
     assert store.history_gpu_s(10) == [50.0]
+
+
+def test_example_service_toml_documents_the_defaults():
+    """etc/service.toml says its values are the defaults: keep it true."""
+    from slurm_ext.config import load_config
+    from slurm_ext.service import ServiceConfig
+
+    path = Path(__file__).resolve().parents[1] / "etc" / "service.toml"
+    assert load_config(ServiceConfig, path) == ServiceConfig()
