@@ -105,7 +105,11 @@ def test_json_sums_latest_report_per_node_and_job(config):
     assert j["gpu_mem_peak_bytes"] == 5 * GIB
     assert (j["period_start"], j["period_end"], j["final"]) == (1000, 1030, False)
     k = jobs[200]
-    assert (k["gpu_seconds"], k["gpu_energy_j"], k["cpu_energy_j"]) == (50 + 30, 5000 + 2400, 40 + 10)
+    assert (k["gpu_seconds"], k["gpu_energy_j"], k["cpu_energy_j"]) == (
+        50 + 30,
+        5000 + 2400,
+        40 + 10,
+    )
     assert k["user"] == "" and k["final"] is True
     assert doc["totals"] == pytest.approx(
         {
