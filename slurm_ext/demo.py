@@ -25,9 +25,10 @@ from slurm_ext.testing.cluster import LocalCluster
 
 WORKLOAD = [
     # (name, sbatch args, seconds) - a mix of long multi-GPU training and short jobs
-    ("vgg16-long", ["-N1", "--gres=gpu:4", "--comment=model=vgg16 checkpoint=1"], 900),
+    # the first and third checkpoint and may be requeued (--requeue + checkpoint=1)
+    ("vgg16-long", ["-N1", "--gres=gpu:4", "--requeue", "--comment=model=vgg16 checkpoint=1"], 900),
     ("resnet50-long", ["-N1", "--gres=gpu:4", "--comment=model=resnet50"], 900),
-    ("gpt-8gpu", ["--gpus=8", "--comment=model=gpt2"], 600),
+    ("gpt-8gpu", ["--gpus=8", "--requeue", "--comment=model=gpt2 checkpoint=1"], 600),
     ("bert-2gpu", ["--gpus=2", "--comment=model=bert"], 120),
     ("inception-2gpu", ["--gpus=2", "--comment=model=inception3"], 120),
     *[(f"sweep-{i}", ["--gres=gpu:1", "--comment=model=resnet18"], 20 + 10 * i) for i in range(6)],
@@ -125,7 +126,7 @@ def main() -> int:
         config = root / "service.toml"
         config.write_text(
             f'interval_s = 2.0\nstore = "{root}/service.db"\nport = {port}\n'
-            f'report_secret_file = "{secret}"\nplacement = true\n'
+            f'report_secret_file = "{secret}"\nplacement = true\npreemption = "requeue"\n'
             f'[slurm]\nbackend = "cli"\nslurm_conf = "{cluster.conf_path}"\n'
             '[policy]\npolicy = "gittins"\nqueue_thresholds_gpu_s = [120.0, 1200.0]\nstarvation_factor = 4.0\nmin_run_s = 30.0\n'
         )
