@@ -543,34 +543,51 @@ class Service:
         self._stop.set()
 
     def serve(self, once: bool = False) -> int:
-        """Run passes until stopped; back off on Slurm errors, never lose state."""
+        """Run passes until stopped; back off on errors (Slurm, store), never lose state."""
+        previous = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                signal.signal(sig, lambda *_: self.stop())
+                previous[sig] = signal.signal(sig, lambda *_: self.stop())
             except ValueError:  # not the main thread (tests)
                 pass
+        try:
+            return self._loop(once)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _loop(self, once: bool) -> int:
         predictor = PeriodicRebuild(self.config.predictor, self.config.store)
         while not self._stop.is_set():
             delay = self.config.interval_s
             try:
                 self.run_pass()
                 if self.failures:
-                    log.warning(
-                        "Slurm reachable again after %d failed passes; caught up", self.failures
-                    )
+                    log.warning("recovered after %d failed passes; caught up", self.failures)
                 self.failures = 0
                 if not self.dry_run:
                     predictor.run_if_due()  # logs its own failures, never raises
-            except SlurmError as exc:
+            except Exception as exc:  # Slurm, the store or a bug: log, back off, keep going
                 self.failures += 1
                 delay = min(
                     self.config.backoff_max_s, self.config.interval_s * 2 ** min(self.failures, 10)
                 )
                 if self.metrics is not None:
                     self.metrics.errors.inc()
-                log.warning(
-                    "pass failed (%d in a row), retrying in %.0fs: %s", self.failures, delay, exc
-                )
+                if isinstance(exc, SlurmError):
+                    log.warning(
+                        "pass failed (%d in a row), retrying in %.0fs: %s",
+                        self.failures,
+                        delay,
+                        exc,
+                    )
+                else:
+                    log.exception(
+                        "pass failed (%d in a row), retrying in %.0fs: %s: %s",
+                        self.failures, delay, type(exc).__name__, exc,
+                    )  # fmt: skip
+                    # in-memory copies may be ahead of the store: reload them next pass
+                    self._records = self._decisions = None
                 if once:
                     return 1
             if once:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -296,3 +297,51 @@ def test_example_service_toml_documents_the_defaults():
 
     path = Path(__file__).resolve().parents[1] / "etc" / "service.toml"
     assert load_config(ServiceConfig, path) == ServiceConfig()
+
+
+def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
+    """A store error is logged and backed off like a Slurm outage; the loop goes on."""
+    import threading
+
+    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.store import MIGRATIONS
+    from slurm_ext.testing.replay import ReplayClient
+
+    cfg = ServiceConfig(
+        store=str(tmp_path / "s.db"),
+        interval_s=0.05,
+        backoff_max_s=0.2,
+        port=0,
+        history_source="store",
+    )
+    store = Store(cfg.store)
+    client = ReplayClient(
+        [_job(1, "PENDING"), _job(2, "RUNNING", start=100)], [Node("n1", gpus=4, gpus_alloc=2)]
+    )
+    svc = Service(cfg, client, store)
+    svc.run_pass()
+    seen: dict[str, int] = {}
+
+    def break_and_mend() -> None:  # another process's view of the same file
+        db = sqlite3.connect(cfg.store, timeout=10)
+        db.execute("DROP TABLE decisions")
+        db.commit()
+        deadline = time.monotonic() + 10
+        while svc.failures < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen["failures"] = svc.failures
+        create = MIGRATIONS[0][MIGRATIONS[0].index("CREATE TABLE decisions") :]
+        db.execute(create[: create.index(");") + 2])
+        db.commit()
+        while svc.failures and time.monotonic() < deadline:
+            time.sleep(0.02)
+        svc.stop()
+
+    helper = threading.Thread(target=break_and_mend, daemon=True)
+    with caplog.at_level("INFO", logger="slurm_ext.service"):
+        helper.start()
+        assert svc.serve() == 0  # returns only when stopped
+    helper.join(5)
+    assert seen["failures"] >= 2 and svc.failures == 0
+    assert "no such table: decisions" in caplog.text and "recovered after" in caplog.text
+    assert set(store.decisions()) == {1, 2}

@@ -236,7 +236,7 @@ def test_controller_outage_backs_off_and_catches_up(tmp_path):
             # back-off 1, 2, 4, 8, 8, ... s: about 10 tries in a minute, not 120
             assert 4 <= failures <= 14, failures
             c.start_slurmctld()
-            wait_for(lambda: "reachable again" in log.read_text(), timeout=60, what="catch-up")
+            wait_for(lambda: "recovered after" in log.read_text(), timeout=60, what="catch-up")
             outage_and_all = time.time() - t_start
         finally:
             stop(proc)
