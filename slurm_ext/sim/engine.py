@@ -39,6 +39,7 @@ from slurm_ext.policy.ranking import promoted
 from slurm_ext.sim.traces import TraceJob
 
 FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
+ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 
 
 @dataclass
@@ -153,6 +154,12 @@ class Simulator:
         self.epoch = 0
         self.no_room: dict[int, tuple[int, int]] = {}
         self.on_node: dict[str, dict[SimJob, None]] = {n: {} for n in self.idx.free}
+        # per node, for consolidated jobs: the node's jobs worst first with their GPU share,
+        # and need[t] = the best-ranked job that must go for t GPUs to be free there
+        # (ABOVE_ALL if t are free already). Rebuilt lazily for nodes marked dirty.
+        self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {}
+        self.node_need: dict[str, list[tuple]] = {}
+        self.dirty: set[str] = set(self.idx.free)
         for j in self.jobs:
             if j.gpus > self.total_gpus:
                 raise ValueError(
@@ -211,7 +218,12 @@ class Simulator:
         job.key_ver += 1
         self.seq += 1
         if job.running:
-            heapq.heappush(self.running, (tuple(-x for x in job.key), job.key_ver, self.seq, job))
+            k = job.key
+            heapq.heappush(
+                self.running, ((-k[0], -k[1], -k[2], -k[3], -k[4]), job.key_ver, self.seq, job)
+            )
+            for n, _ in job.alloc:
+                self.dirty.add(n)
         else:
             bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
             heapq.heappush(bucket, (job.key, job.key_ver, self.seq, job))
@@ -322,34 +334,62 @@ class Simulator:
         """Free whole-node room for a consolidated job by preempting lower-ranked jobs.
 
         Nodes are picked by the fewest GPUs to free (then the least room left over); on a
-        picked node the worst-ranked jobs go first, only as many as needed.
+        picked node the worst-ranked jobs go first, only as many as needed. Per-node
+        `need` tables make the common outcome, no node can be cleared, one key comparison
+        per node instead of a walk over every job on the cluster.
         """
         cap = self.idx.capacity
         need_nodes = min_nodes(job.gpus, cap)
         target = min(job.gpus, cap)
         jk = job.key
+        if self.dirty:
+            self._index_nodes()
         free_of = self.idx.free
+        # a node can give `target` GPUs iff the best job that must go for it ranks below
+        # `jk`; then room >= target. When need_nodes > 1, target == cap: whole nodes only.
+        able = [n for n, need in self.node_need.items() if need[target] > jk]
+        if len(able) < need_nodes:
+            return None
         cands = []  # (GPUs to free, leftover room, node)
-        for node, jobs in self.on_node.items():
+        for node in able:
             free = free_of[node]
             room = free
-            for v in jobs:
-                if v.key > jk:
-                    room += _share(v, node)
-            if room >= target:
-                cands.append((max(0, target - free), room - target, node))
-        if len(cands) < need_nodes:
-            return None
-        if need_nodes > 1:
-            cands = [c for c in cands if c[1] + target == cap]  # whole nodes only
-            if len(cands) < need_nodes:
-                return None
+            for key, share, _ in self.node_worst[node]:
+                if not key > jk:
+                    break
+                room += share
+            cands.append((max(0, target - free), room - target, node))
         cands.sort()
         for _, _, node in cands[:need_nodes]:
-            worse = sorted((v for v in self.on_node[node] if v.key > jk), key=lambda v: v.key)
-            while free_of[node] < target and worse:
-                self._preempt(worse.pop(), now, release=True)  # worst first
+            here = self.on_node[node]
+            worse = [v for key, _, v in self.node_worst[node] if key > jk]
+            for v in worse:  # worst first; skip a job already gone with an earlier node
+                if free_of[node] >= target:
+                    break
+                if v in here:
+                    self._preempt(v, now, release=True)
         return choose_gpus(self.idx, job.gpus, True)
+
+    def _index_nodes(self) -> None:
+        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
+        cap = self.idx.capacity
+        free_of = self.idx.free
+        for node in self.dirty:
+            worst = sorted(
+                ((v.key, _share(v, node), v) for v in self.on_node[node]),
+                key=lambda e: e[0],
+                reverse=True,
+            )
+            need: list[tuple] = [ABOVE_ALL] * (cap + 1)
+            room, i = free_of[node], 0
+            for t in range(room + 1, cap + 1):
+                while room < t and i < len(worst):
+                    room += worst[i][1]
+                    i += 1
+                need[t] = worst[i - 1][0] if room >= t else ()  # () ranks below every key
+            self.node_worst[node] = worst
+            self.node_need[node] = need
+        self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         if promoted(job.view(now), now, self.cfg):  # a promoted job gets a fresh quantum
@@ -385,6 +425,7 @@ class Simulator:
             self.idx.give(job.alloc)
         for n, _ in job.alloc:
             del self.on_node[n][job]
+            self.dirty.add(n)
         job.alloc = []
 
     def _preempt(self, job: SimJob, now: float, release: bool = False) -> None:
