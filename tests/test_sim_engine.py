@@ -185,3 +185,26 @@ def test_heavy_tailed_trace_policy_ordering():
         avg[p] = summarize(sim.run(), 64, sim.preemptions)["avg_jct_s"]
     assert avg["gittins"] < 0.9 * avg["fifo"] and avg["las"] < 0.9 * avg["fifo"]
     assert avg["srtf"] < avg["gittins"] < 1.3 * avg["srtf"]
+
+
+def test_consolidated_clearing_evicts_the_lowest_ranked_jobs():
+    """A consolidated job clears the node of the worst-ranked job, not the one with fewest
+    GPUs to free: evicting a better-ranked job there only made it restart at once
+    elsewhere by preempting the worst one (a chain of same-instant restarts)."""
+    # 2 nodes x 2 GPUs, LAS with one threshold at 100 GPU-s, no protection. V (1 GPU)
+    # lands on n0, W (2 GPUs) on n1; both pass 100 GPU-s (queue 1, V ranks first: FIFO).
+    trace = [
+        TraceJob(job_id=1, gpus=1, submit_time=0, duration_s=1000),  # V
+        TraceJob(job_id=2, gpus=2, submit_time=1, duration_s=500),  # W
+        TraceJob(job_id=3, gpus=2, submit_time=200, duration_s=40),  # J, queue 0
+    ]
+    cfg = PolicyConfig(
+        policy="las", queue_thresholds_gpu_s=[100.0], min_run_s=0, starvation_factor=0
+    )
+    sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=2, restart_overhead_s=10))
+    jobs = sim.run()
+    # J takes W's node at t=200 (W ran 199 s); V never stops. J ends at 240, W restarts
+    # there: 240 + 10 + 301 = 551. Clearing n0 instead (1 GPU to free) preempted V too,
+    # which restarted on n1 at t=200 by preempting W: 2 preemptions, V done at 1010.
+    assert finish_times(jobs) == pytest.approx({1: 1000.0, 2: 551.0, 3: 240.0})
+    assert sim.preemptions == 1 and [j.preemptions for j in jobs] == [0, 1, 0]

@@ -153,12 +153,13 @@ class Simulator:
         # lower (epoch), or the blocked job's key changes: job id -> (key_ver, epoch)
         self.epoch = 0
         self.no_room: dict[int, tuple[int, int]] = {}
-        self.on_node: dict[str, dict[SimJob, None]] = {n: {} for n in self.idx.free}
-        # per node, for consolidated jobs: the node's jobs worst first with their GPU share,
+        self.on_node: dict[str, dict[SimJob, int]] = {n: {} for n in self.idx.free}
+        # per node, for consolidated jobs: its jobs worst first with their GPU share there,
         # and need[t] = the best-ranked job that must go for t GPUs to be free there
         # (ABOVE_ALL if t are free already). Rebuilt lazily for nodes marked dirty.
-        self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {}
-        self.node_need: dict[str, list[tuple]] = {}
+        # (filled in node order: ties between nodes go to the first, whatever the hash seed)
+        self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {n: [] for n in self.idx.free}
+        self.node_need: dict[str, list[tuple]] = {n: [] for n in self.idx.free}
         self.dirty: set[str] = set(self.idx.free)
         for j in self.jobs:
             if j.gpus > self.total_gpus:
@@ -192,7 +193,7 @@ class Simulator:
                         self._complete(job, now)
                         need_pass = True
                 elif ver == job.key_ver and job.finish is None:  # WAKE
-                    self._rekey(job, now)
+                    self._rekey(job, now, wake=True)
                     # a running job whose key changed matters only if a pending job
                     # now outranks it (a preemption may follow)
                     need_pass = need_pass or not job.running or self._outranked(job.key)
@@ -208,30 +209,36 @@ class Simulator:
         return self.jobs
 
     # ---- keys ---------------------------------------------------------------------
-    def _rekey(self, job: SimJob, now: float) -> None:
-        """Recompute the job's key, file it in its heap and schedule its next change."""
+    def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
+        """Recompute the job's key, file it in its heap and schedule its next change.
+
+        wake: called by the job's own wake-up; if its key came out unchanged (a grid
+        point where the index does not move), its heap entry stays valid and is kept.
+        """
         view = job.view(now)
         old = job.key
-        job.key = priority_key(view, now, self.cfg, self.table)
-        if job.running and job.key > old:
-            self.epoch += 1
-        job.key_ver += 1
-        self.seq += 1
-        if job.running:
-            k = job.key
-            heapq.heappush(
-                self.running, ((-k[0], -k[1], -k[2], -k[3], -k[4]), job.key_ver, self.seq, job)
-            )
-            for n, _ in job.alloc:
-                self.dirty.add(n)
-        else:
-            bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
-            heapq.heappush(bucket, (job.key, job.key_ver, self.seq, job))
+        key = priority_key(view, now, self.cfg, self.table)
+        if not wake or key != old:
+            job.key = key
+            if job.running and key > old:
+                self.epoch += 1
+            job.key_ver += 1
+            self.seq += 1
+            if job.running:
+                heapq.heappush(
+                    self.running,
+                    ((-key[0], -key[1], -key[2], -key[3], -key[4]), job.key_ver, self.seq, job),
+                )
+                for n, _ in job.alloc:
+                    self.dirty.add(n)
+            else:
+                bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
+                heapq.heappush(bucket, (key, job.key_ver, self.seq, job))
         after = key_change_after(view, now, self.cfg, self.table)
         if after < math.inf and not (self.dynamic and job.running):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
-            wake = max(now + after, math.nextafter(now, math.inf))
-            self._push_event(wake, WAKE, job, job.key_ver)
+            at = max(now + after, math.nextafter(now, math.inf))
+            self._push_event(at, WAKE, job, job.key_ver)
 
     def _refresh_table(self, now: float) -> None:
         self.table = build_table(list(self.history), self.cfg)
@@ -333,40 +340,31 @@ class Simulator:
     def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """Free whole-node room for a consolidated job by preempting lower-ranked jobs.
 
-        Nodes are picked by the fewest GPUs to free (then the least room left over); on a
-        picked node the worst-ranked jobs go first, only as many as needed. Per-node
-        `need` tables make the common outcome, no node can be cleared, one key comparison
-        per node instead of a walk over every job on the cluster.
+        As for other jobs, the worst-ranked go first: the nodes picked are those whose
+        best-ranked job that must go ranks lowest, and on a picked node jobs go worst
+        first, only as many as needed. (Picking the nodes with the fewest GPUs to free
+        instead evicted mid-ranked jobs, which restarted at once by preempting the
+        lower-ranked ones: chains of same-instant restarts.) The per-node `need` tables
+        make each check one key comparison per node.
         """
-        cap = self.idx.capacity
-        need_nodes = min_nodes(job.gpus, cap)
-        target = min(job.gpus, cap)
+        need_nodes = min_nodes(job.gpus, self.idx.capacity)
+        target = min(job.gpus, self.idx.capacity)
         jk = job.key
         if self.dirty:
             self._index_nodes()
-        free_of = self.idx.free
         # a node can give `target` GPUs iff the best job that must go for it ranks below
-        # `jk`; then room >= target. When need_nodes > 1, target == cap: whole nodes only.
-        able = [n for n, need in self.node_need.items() if need[target] > jk]
+        # `jk`; when need_nodes > 1, target is a whole node
+        able = [(need[target], n) for n, need in self.node_need.items() if need[target] > jk]
         if len(able) < need_nodes:
             return None
-        cands = []  # (GPUs to free, leftover room, node)
-        for node in able:
-            free = free_of[node]
-            room = free
-            for key, share, _ in self.node_worst[node]:
-                if not key > jk:
-                    break
-                room += share
-            cands.append((max(0, target - free), room - target, node))
-        cands.sort()
-        for _, _, node in cands[:need_nodes]:
+        able.sort(key=lambda e: e[0], reverse=True)  # stable: node order among free nodes
+        free_of = self.idx.free
+        for _, node in able[:need_nodes]:
             here = self.on_node[node]
-            worse = [v for key, _, v in self.node_worst[node] if key > jk]
-            for v in worse:  # worst first; skip a job already gone with an earlier node
-                if free_of[node] >= target:
+            for key, _, v in self.node_worst[node]:  # worst first
+                if free_of[node] >= target or not key > jk:
                     break
-                if v in here:
+                if v in here:  # not gone already with an earlier node
                     self._preempt(v, now, release=True)
         return choose_gpus(self.idx, job.gpus, True)
 
@@ -376,7 +374,7 @@ class Simulator:
         free_of = self.idx.free
         for node in self.dirty:
             worst = sorted(
-                ((v.key, _share(v, node), v) for v in self.on_node[node]),
+                ((v.key, g, v) for v, g in self.on_node[node].items()),
                 key=lambda e: e[0],
                 reverse=True,
             )
@@ -395,8 +393,8 @@ class Simulator:
         if promoted(job.view(now), now, self.cfg):  # a promoted job gets a fresh quantum
             job.promoted_at = job.attained
         self.idx.take(alloc)
-        for n, _ in alloc:
-            self.on_node[n][job] = None
+        for n, g in alloc:
+            self.on_node[n][job] = g
         job.alloc = alloc
         job.running = True
         job.start = now
@@ -467,10 +465,3 @@ class Simulator:
 
     def views(self, now: float) -> list[JobView]:
         return [j.view(now) for j in self.active()]
-
-
-def _share(job: SimJob, node: str) -> int:
-    for n, g in job.alloc:
-        if n == node:
-            return g
-    return 0
