@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_sim.py                 # quick: small traces
     .venv/bin/python benchmarks/bench_sim.py --full          # the figures in docs/benchmarks.md
     .venv/bin/python benchmarks/bench_sim.py --speed-only --full
+    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --loads 0.9,1.0,1.05
 
 Quality: the shipped Tiresias 60-job trace (8 GPUs) and seeded Philly-like synthetic
 traces (64 GPUs, offered load 1.05), preemptive, consolidated placement. Speed: preemptive
@@ -60,16 +61,18 @@ def quality(trace, base: PolicyConfig, cluster: SimConfig) -> list[dict]:
     return rows
 
 
-def speed(sizes: list[int], base: PolicyConfig) -> list[tuple[int, float, int, int]]:
+def speed(
+    sizes: list[int], base: PolicyConfig, load: float = 1.05
+) -> list[tuple[int, float, int, int]]:
     out = []
     for n in sizes:
-        trace = synth_jobs(n, 1000, load=1.05, seed=1)
+        trace = synth_jobs(n, 1000, load=load, seed=1)
         cluster = SimConfig(nodes=125, gpus_per_node=8, placement="consolidate")
         t0 = time.perf_counter()
         sim = Simulator(trace, replace(base, policy="gittins"), cluster)
         sim.run()
         out.append((n, time.perf_counter() - t0, sim.preemptions, sim.seq))
-        print(f"  {n} jobs: {out[-1][1]:.1f} s", file=sys.stderr)
+        print(f"  {n} jobs, load {load}: {out[-1][1]:.1f} s", file=sys.stderr)
     return out
 
 
@@ -81,6 +84,8 @@ def main() -> None:
     ap.add_argument("--speed-only", action="store_true")
     ap.add_argument("--quality-only", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
+    ap.add_argument("--loads", default="1.05", help="offered loads for the speed runs")
+    ap.add_argument("--sizes", default=None, help="job counts for the speed runs")
     args = ap.parse_args()
     base = PolicyConfig()
     show = lambda rows: print(table(rows, markdown=args.markdown) + "\n")  # noqa: E731
@@ -108,12 +113,14 @@ def main() -> None:
             )
     if not args.quality_only:
         sizes = [10000, 20000, 50000, 100000] if args.full else [10000, 20000]
+        if args.sizes:
+            sizes = [int(x) for x in args.sizes.split(",")]
         print("speed: preemptive 2D-Gittins, consolidated placement, 125 nodes x 8 GPUs")
-        rows = speed(sizes, base)
-        print("| jobs | runtime s | s per 1k jobs | preemptions | events |")
-        print("|---|---|---|---|---|")
-        for n, t, p, ev in rows:
-            print(f"| {n} | {t:.1f} | {t / n * 1000:.2f} | {p} | {ev} |")
+        print("| load | jobs | runtime s | s per 1k jobs | preemptions | events |")
+        print("|---|---|---|---|---|---|")
+        for load in (float(x) for x in args.loads.split(",")):
+            for n, t, p, ev in speed(sizes, base, load):
+                print(f"| {load} | {n} | {t:.1f} | {t / n * 1000:.2f} | {p} | {ev} |", flush=True)
 
 
 if __name__ == "__main__":
