@@ -82,3 +82,8 @@ class GittinsTable:
         """Attained service at which the step function next changes (inf if never)."""
         c = self.cell(attained)
         return self.grid[c + 1] if c + 1 < len(self.grid) else math.inf
+
+    def step(self, attained: float) -> tuple[float, float]:
+        """`index(attained)` and `next_change_gpu_s(attained)` with one bisect."""
+        c = bisect.bisect_right(self.grid, attained) - 1
+        return self.values[c], self.grid[c + 1] if c + 1 < len(self.grid) else math.inf

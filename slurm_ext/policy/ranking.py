@@ -38,12 +38,24 @@ def protected(job: JobView, config: PolicyConfig) -> bool:
     return job.running and job.last_run_s < config.min_run_s
 
 
+def starved(
+    running: bool,
+    last_run_s: float,
+    waiting_since: float | None,
+    submit_time: float,
+    now: float,
+    config: PolicyConfig,
+) -> bool:
+    """`promoted` from the view's numbers (the simulator passes its own)."""
+    if running or config.starvation_factor <= 0 or last_run_s <= 0:
+        return False
+    since = waiting_since if waiting_since is not None else submit_time
+    return now - since >= config.starvation_factor * last_run_s
+
+
 def promoted(job: JobView, now: float, config: PolicyConfig) -> bool:
     """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0."""
-    if job.running or config.starvation_factor <= 0 or job.last_run_s <= 0:
-        return False
-    since = job.waiting_since if job.waiting_since is not None else job.submit_time
-    return now - since >= config.starvation_factor * job.last_run_s
+    return starved(job.running, job.last_run_s, job.waiting_since, job.submit_time, now, config)
 
 
 def queue_service(job: JobView) -> float:
@@ -57,41 +69,104 @@ def _uses_queues(config: PolicyConfig) -> bool:
     return config.policy in ("gittins", "las")
 
 
-def priority_key(job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None) -> Key:
-    """The sort key of one job; only oracle policies read `true_duration_s`."""
-    prot = 0 if protected(job, config) else 1
+def key_and_change(
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    now: float,
+    job_id: int,
+    gpus: int,
+    submit_time: float,
+    attained_gpu_s: float,
+    executed_s: float,
+    running: bool,
+    last_run_s: float,
+    waiting_since: float | None,
+    promoted_at_gpu_s: float | None,
+    true_duration_s: float | None,
+) -> tuple[Key, float]:
+    """The one definition of a job's sort key and of when it next changes on its own.
+
+    Arguments are `JobView`'s fields (see there); `priority_key` and `key_change_after`
+    read them off a view, the simulator passes its own numbers without building one.
+    The second value is the seconds until the key may change on its own (inf: only
+    events change it). Running jobs change at the end of protection, at queue
+    thresholds and at Gittins grid points; pending jobs at promotion. SRTF changes
+    continuously and returns 0. Only oracle policies read `true_duration_s`.
+    """
+    prot = 0 if running and last_run_s < config.min_run_s else 1
     p = config.policy
-    if _uses_queues(config):
-        queue = (
-            0
-            if promoted(job, now, config)
-            else queue_of(queue_service(job), config.queue_thresholds_gpu_s)
-        )
+    if p == "gittins" or p == "las":
+        after = math.inf
+        if running:
+            thresholds = config.queue_thresholds_gpu_s
+            qs = attained_gpu_s
+            if promoted_at_gpu_s is not None:
+                qs = max(0.0, attained_gpu_s - promoted_at_gpu_s)
+            queue = bisect.bisect_right(thresholds, qs)
+            if prot == 0:
+                after = config.min_run_s - last_run_s
+            if gpus > 0 and queue < len(thresholds):
+                after = min(after, (thresholds[queue] - qs) / gpus)
+        elif starved(False, last_run_s, waiting_since, submit_time, now, config):
+            queue = 0
+        else:
+            queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
+            if config.starvation_factor > 0 and last_run_s > 0:
+                since = waiting_since if waiting_since is not None else submit_time
+                after = max(0.0, since + config.starvation_factor * last_run_s - now)
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
-            score = -table.index(job.attained_gpu_s)
-        return (prot, queue, score, job.submit_time, job.job_id)
+            index, change_at = table.step(attained_gpu_s)
+            score = -index
+            if running and gpus > 0:
+                after = min(after, (change_at - attained_gpu_s) / gpus)
+        return (prot, queue, score, submit_time, job_id), after
+    after = math.inf
+    if running and prot == 0:
+        after = config.min_run_s - last_run_s
     if p == "fifo":
-        return (prot, 0, 0.0, job.submit_time, job.job_id)
+        return (prot, 0, 0.0, submit_time, job_id), after
     if p == "multifactor":
         # age x w_a + gpus x w_s; the age term is now x w_a - submit x w_a, and now is shared.
         score = -(
-            config.multifactor_size_weight * job.gpus
-            - config.multifactor_age_weight * job.submit_time / 3600.0
+            config.multifactor_size_weight * gpus
+            - config.multifactor_age_weight * submit_time / 3600.0
         )
-        return (prot, 0, score, job.submit_time, job.job_id)
-    total = _true_gpu_s(job)
+        return (prot, 0, score, submit_time, job_id), after
+    if true_duration_s is None:
+        raise ValueError(f"job {job_id}: oracle policy needs true_duration_s")
+    total = gpus * true_duration_s
     if p == "sjf":
-        return (prot, 0, total, job.submit_time, job.job_id)
+        return (prot, 0, total, submit_time, job_id), after
     if p == "srtf":
-        return (prot, 0, total - job.gpus * job.executed_s, job.submit_time, job.job_id)
+        after = 0.0 if running else math.inf
+        return (prot, 0, total - gpus * executed_s, submit_time, job_id), after
     raise ValueError(f"unknown policy {p!r}")
 
 
-def _true_gpu_s(job: JobView) -> float:
-    if job.true_duration_s is None:
-        raise ValueError(f"job {job.job_id}: oracle policy needs true_duration_s")
-    return job.gpus * job.true_duration_s
+def _key_and_change(
+    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None
+) -> tuple[Key, float]:
+    return key_and_change(
+        config,
+        table,
+        now,
+        job.job_id,
+        job.gpus,
+        job.submit_time,
+        job.attained_gpu_s,
+        job.executed_s,
+        job.running,
+        job.last_run_s,
+        job.waiting_since,
+        job.promoted_at_gpu_s,
+        job.true_duration_s,
+    )
+
+
+def priority_key(job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None) -> Key:
+    """The sort key of one job (`key_and_change`); only oracle policies read `true_duration_s`."""
+    return _key_and_change(job, now, config, table)[0]
 
 
 def key_change_after(
@@ -102,29 +177,7 @@ def key_change_after(
     Running jobs change at the end of protection, at queue thresholds and at Gittins grid
     points; pending jobs at promotion. SRTF changes continuously and returns 0.
     """
-    if config.policy == "srtf" and job.running:
-        return 0.0
-    if job.running:
-        after = math.inf
-        if job.last_run_s < config.min_run_s:
-            after = config.min_run_s - job.last_run_s
-        if _uses_queues(config) and job.gpus > 0:
-            a, qs = job.attained_gpu_s, queue_service(job)
-            q = queue_of(qs, config.queue_thresholds_gpu_s)
-            if q < len(config.queue_thresholds_gpu_s):
-                after = min(after, (config.queue_thresholds_gpu_s[q] - qs) / job.gpus)
-            if config.policy == "gittins" and table is not None and table.samples:
-                after = min(after, (table.next_change_gpu_s(a) - a) / job.gpus)
-        return after
-    if (
-        _uses_queues(config)
-        and config.starvation_factor > 0
-        and job.last_run_s > 0
-        and not promoted(job, now, config)
-    ):
-        since = job.waiting_since if job.waiting_since is not None else job.submit_time
-        return max(0.0, since + config.starvation_factor * job.last_run_s - now)
-    return math.inf
+    return _key_and_change(job, now, config, table)[1]
 
 
 def explain(

@@ -29,13 +29,11 @@ from slurm_ext.policy import (
     PolicyConfig,
     build_table,
     choose_gpus,
-    key_change_after,
     network_sensitive,
-    priority_key,
     spread_slowdown,
 )
 from slurm_ext.policy.placement import consolidate_for, min_nodes
-from slurm_ext.policy.ranking import promoted
+from slurm_ext.policy.ranking import key_and_change, starved
 from slurm_ext.sim.traces import TraceJob
 
 FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
@@ -215,9 +213,41 @@ class Simulator:
         wake: called by the job's own wake-up; if its key came out unchanged (a grid
         point where the index does not move), its heap entry stays valid and is kept.
         """
-        view = job.view(now)
         old = job.key
-        key = priority_key(view, now, self.cfg, self.table)
+        # the numbers `job.view(now)` would hold, without building it
+        if job.running:
+            ran = now - job.start
+            key, after = key_and_change(
+                self.cfg,
+                self.table,
+                now,
+                job.id,
+                job.gpus,
+                job.submit,
+                job.attained + job.gpus * ran,
+                job.executed + ran,
+                True,
+                ran,
+                None,
+                job.promoted_at,
+                job.duration,
+            )
+        else:
+            key, after = key_and_change(
+                self.cfg,
+                self.table,
+                now,
+                job.id,
+                job.gpus,
+                job.submit,
+                job.attained,
+                job.executed,
+                False,
+                job.last_run,
+                job.waiting_since,
+                None,
+                job.duration,
+            )
         if not wake or key != old:
             job.key = key
             if job.running and key > old:
@@ -234,7 +264,6 @@ class Simulator:
             else:
                 bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
                 heapq.heappush(bucket, (key, job.key_ver, self.seq, job))
-        after = key_change_after(view, now, self.cfg, self.table)
         if after < math.inf and not (self.dynamic and job.running):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
             at = max(now + after, math.nextafter(now, math.inf))
@@ -390,7 +419,9 @@ class Simulator:
         self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
-        if promoted(job.view(now), now, self.cfg):  # a promoted job gets a fresh quantum
+        if starved(
+            False, job.last_run, job.waiting_since, job.submit, now, self.cfg
+        ):  # a promoted job gets a fresh quantum
             job.promoted_at = job.attained
         self.idx.take(alloc)
         for n, g in alloc:
