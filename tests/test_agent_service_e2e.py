@@ -193,7 +193,13 @@ def test_agent_reports_reach_the_service_and_survive_a_wrong_secret(clean_queue,
             timeout=15,
             what=f"the {len(batches)} spooled batches ({spooled} reports) delivered",
         )
-        r2 = wait_for(lambda: stored(db, 4712), what="job 4712 stored")[-1]
+        # the spool holds reports from before the stop; the restarted agent's own next
+        # report (same period, later end) must replace them
+        r2 = wait_for(
+            lambda: next((r for r in stored(db, 4712) if r.period_end > t_wrong_stopped), None),
+            timeout=15,
+            what="a report of job 4712 from after the restart",
+        )
         assert list(r2.gpu_uuids) == ["GPU-sim-0001"] and r2.gpu_mem_peak_bytes == GIB
         assert r2.gpu_energy_j == pytest.approx(SIM_IDLE_W * r2.gpu_seconds, rel=0.1)
         # the account began under the wrong-secret run and went on (state file)
