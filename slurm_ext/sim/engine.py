@@ -21,6 +21,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from slurm_ext.model import JobView
 from slurm_ext.policy import (
@@ -157,7 +158,12 @@ class Simulator:
         # (ABOVE_ALL if t are free already). Rebuilt lazily for nodes marked dirty.
         # (filled in node order: ties between nodes go to the first, whatever the hash seed)
         self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {n: [] for n in self.idx.free}
-        self.node_need: dict[str, list[tuple]] = {n: [] for n in self.idx.free}
+        # need_by[t][i] = need[t] of the i-th node (columns, so a clearing attempt scans
+        # one list in C rather than every node's table in Python)
+        self.node_names = list(self.idx.free)
+        self.node_pos = {n: i for i, n in enumerate(self.node_names)}
+        cap = self.idx.capacity
+        self.need_by: list[list[tuple]] = [[ABOVE_ALL] * cluster.nodes for _ in range(cap + 1)]
         self.dirty: set[str] = set(self.idx.free)
         for j in self.jobs:
             if j.gpus > self.total_gpus:
@@ -383,12 +389,20 @@ class Simulator:
             self._index_nodes()
         # a node can give `target` GPUs iff the best job that must go for it ranks below
         # `jk`; when need_nodes > 1, target is a whole node
-        able = [(need[target], n) for n, need in self.node_need.items() if need[target] > jk]
-        if len(able) < need_nodes:
+        # the need_nodes nodes with the lowest-ranked needs (ties: node order), all of which
+        # must rank below the job
+        col = self.need_by[target]
+        top = max(col)  # the first node's, among equals
+        if not top > jk:
             return None
-        able.sort(key=lambda e: e[0], reverse=True)  # stable: node order among free nodes
+        if need_nodes == 1:
+            best = [col.index(top)]
+        else:
+            best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
+            if not col[best[-1]] > jk:
+                return None
         free_of = self.idx.free
-        for _, node in able[:need_nodes]:
+        for node in (self.node_names[i] for i in best):
             here = self.on_node[node]
             for key, _, v in self.node_worst[node]:  # worst first
                 if free_of[node] >= target or not key > jk:
@@ -404,7 +418,7 @@ class Simulator:
         for node in self.dirty:
             worst = sorted(
                 ((v.key, g, v) for v, g in self.on_node[node].items()),
-                key=lambda e: e[0],
+                key=itemgetter(0),
                 reverse=True,
             )
             need: list[tuple] = [ABOVE_ALL] * (cap + 1)
@@ -415,7 +429,9 @@ class Simulator:
                     i += 1
                 need[t] = worst[i - 1][0] if room >= t else ()  # () ranks below every key
             self.node_worst[node] = worst
-            self.node_need[node] = need
+            i = self.node_pos[node]
+            for t, col in enumerate(self.need_by):
+                col[i] = need[t]
         self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
