@@ -413,25 +413,26 @@ class Simulator:
 
     def _index_nodes(self) -> None:
         """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
-        cap = self.idx.capacity
+        cap1 = self.idx.capacity + 1
         free_of = self.idx.free
+        on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
+        need_by = self.need_by
+        first = itemgetter(0)
         for node in self.dirty:
             worst = sorted(
-                ((v.key, g, v) for v, g in self.on_node[node].items()),
-                key=itemgetter(0),
-                reverse=True,
+                [(v.key, g, v) for v, g in on_node[node].items()], key=first, reverse=True
             )
-            need: list[tuple] = [ABOVE_ALL] * (cap + 1)
-            room, i = free_of[node], 0
-            for t in range(room + 1, cap + 1):
-                while room < t and i < len(worst):
-                    room += worst[i][1]
-                    i += 1
-                need[t] = worst[i - 1][0] if room >= t else ()  # () ranks below every key
-            self.node_worst[node] = worst
-            i = self.node_pos[node]
-            for t, col in enumerate(self.need_by):
-                col[i] = need[t]
+            # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
+            # bring the room to t; () (below every key) if even all of them cannot
+            need: list[tuple] = [ABOVE_ALL] * (free_of[node] + 1)
+            for key, g, _ in worst:
+                need += [key] * g
+            if len(need) < cap1:
+                need += [()] * (cap1 - len(need))
+            node_worst[node] = worst
+            i = node_pos[node]
+            for col, k in zip(need_by, need):
+                col[i] = k
         self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
