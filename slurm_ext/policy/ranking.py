@@ -93,7 +93,8 @@ def key_and_change(
     thresholds and at Gittins grid points; pending jobs at promotion. SRTF changes
     continuously and returns 0. Only oracle policies read `true_duration_s`.
     """
-    prot = 0 if running and last_run_s < config.min_run_s else 1
+    min_run_s = config.min_run_s
+    prot = 0 if running and last_run_s < min_run_s else 1
     p = config.policy
     if p == "gittins" or p == "las":
         after = math.inf
@@ -101,25 +102,39 @@ def key_and_change(
             thresholds = config.queue_thresholds_gpu_s
             qs = attained_gpu_s
             if promoted_at_gpu_s is not None:
-                qs = max(0.0, attained_gpu_s - promoted_at_gpu_s)
+                qs = attained_gpu_s - promoted_at_gpu_s
+                if not qs > 0.0:  # max(0.0, qs)
+                    qs = 0.0
             queue = bisect.bisect_right(thresholds, qs)
             if prot == 0:
-                after = config.min_run_s - last_run_s
+                after = min_run_s - last_run_s
             if gpus > 0 and queue < len(thresholds):
-                after = min(after, (thresholds[queue] - qs) / gpus)
-        elif starved(False, last_run_s, waiting_since, submit_time, now, config):
-            queue = 0
+                t = (thresholds[queue] - qs) / gpus
+                if t < after:
+                    after = t
         else:
-            queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
-            if config.starvation_factor > 0 and last_run_s > 0:
+            # starved() inlined: waited >= factor x last stint -> queue 0, else the
+            # key changes when it will have
+            factor = config.starvation_factor
+            if factor > 0 and last_run_s > 0:
                 since = waiting_since if waiting_since is not None else submit_time
-                after = max(0.0, since + config.starvation_factor * last_run_s - now)
+                if now - since >= factor * last_run_s:
+                    queue = 0
+                else:
+                    queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
+                    after = since + factor * last_run_s - now
+                    if not after > 0.0:  # max(0.0, after)
+                        after = 0.0
+            else:
+                queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
             index, change_at = table.step(attained_gpu_s)
             score = -index
             if running and gpus > 0:
-                after = min(after, (change_at - attained_gpu_s) / gpus)
+                t = (change_at - attained_gpu_s) / gpus
+                if t < after:
+                    after = t
         return (prot, queue, score, submit_time, job_id), after
     after = math.inf
     if running and prot == 0:

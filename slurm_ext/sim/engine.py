@@ -21,6 +21,8 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from heapq import heappush
+from math import nextafter
 from operator import itemgetter
 
 from slurm_ext.model import JobView
@@ -220,8 +222,9 @@ class Simulator:
         point where the index does not move), its heap entry stays valid and is kept.
         """
         old = job.key
+        running = job.running
         # the numbers `job.view(now)` would hold, without building it
-        if job.running:
+        if running:
             ran = now - job.start
             key, after = key_and_change(
                 self.cfg,
@@ -256,24 +259,32 @@ class Simulator:
             )
         if not wake or key != old:
             job.key = key
-            if job.running and key > old:
-                self.epoch += 1
-            job.key_ver += 1
+            ver = job.key_ver = job.key_ver + 1
             self.seq += 1
-            if job.running:
-                heapq.heappush(
+            if running:
+                if key > old:
+                    self.epoch += 1
+                heappush(
                     self.running,
-                    ((-key[0], -key[1], -key[2], -key[3], -key[4]), job.key_ver, self.seq, job),
+                    ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job),
                 )
+                dirty = self.dirty
                 for n, _ in job.alloc:
-                    self.dirty.add(n)
+                    dirty.add(n)
             else:
-                bucket = self.pending.setdefault((job.gpus, job.must_consolidate), [])
-                heapq.heappush(bucket, (key, job.key_ver, self.seq, job))
-        if after < math.inf and not (self.dynamic and job.running):
+                b = (job.gpus, job.must_consolidate)
+                bucket = self.pending.get(b)
+                if bucket is None:
+                    bucket = self.pending[b] = []
+                heappush(bucket, (key, ver, self.seq, job))
+        if after < math.inf and not (running and self.dynamic):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
-            at = max(now + after, math.nextafter(now, math.inf))
-            self._push_event(at, WAKE, job, job.key_ver)
+            at = now + after
+            soonest = nextafter(now, math.inf)
+            if soonest > at:  # max(at, soonest)
+                at = soonest
+            self.seq += 1
+            heappush(self.events, (at, WAKE, self.seq, job.key_ver, job))
 
     def _refresh_table(self, now: float) -> None:
         self.table = build_table(list(self.history), self.cfg)
