@@ -141,6 +141,10 @@ class Simulator:
         self.events: list[tuple[float, int, int, int, SimJob]] = []
         self.seq = 0
         self.pending: dict[tuple[int, bool], list] = {}
+        # bumped whenever a job enters, re-enters or leaves the pending set
+        self.pending_ver = 0
+        self.best_pending: tuple = ABOVE_ALL
+        self.best_pending_at = -1
         self.running: list = []  # (negated key, key_ver, seq, job): worst on top
         self.history: deque[float] = deque(cluster.history, maxlen=policy.history_window)
         self.since_refresh = 0
@@ -277,6 +281,7 @@ class Simulator:
                 if bucket is None:
                     bucket = self.pending[b] = []
                 heappush(bucket, (key, ver, self.seq, job))
+                self.pending_ver += 1
         if after < math.inf and not (running and self.dynamic):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
             at = now + after
@@ -292,6 +297,7 @@ class Simulator:
         active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
         active += [e[3] for e in self.running if e[1] == e[3].key_ver]
         self.pending = {}
+        self.pending_ver += 1
         self.running = []
         for job in active:
             self._rekey(job, now)
@@ -306,13 +312,18 @@ class Simulator:
         return None
 
     def _outranked(self, key: tuple) -> bool:
+        """Whether some pending job ranks above `key` (the best pending key is cached
+        until the pending set changes: `pending_ver`)."""
         if not self.cl.preemptive:
             return False
-        for heap in self.pending.values():
-            top = self._top(heap, False)
-            if top is not None and top.key < key:
-                return True
-        return False
+        if self.best_pending_at != self.pending_ver:
+            best = ABOVE_ALL
+            for heap in self.pending.values():
+                top = self._top(heap, False)
+                if top is not None and top.key < best:
+                    best = top.key
+            self.best_pending, self.best_pending_at = best, self.pending_ver
+        return self.best_pending < key
 
     def _pass(self, now: float) -> None:
         if self.dynamic and self.running and self.cl.preemptive:
@@ -452,6 +463,7 @@ class Simulator:
         ):  # a promoted job gets a fresh quantum
             job.promoted_at = job.attained
         self.idx.take(alloc)
+        self.pending_ver += 1  # it leaves the pending set
         for n, g in alloc:
             self.on_node[n][job] = g
         job.alloc = alloc
