@@ -17,8 +17,12 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "is ignored: it is neither" || true
+quiet() { grep -v "is ignored: it is neither" || true; }  # pip's noise about absent local indexes
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | quiet
+test "${PIPESTATUS[0]}" -eq 0 || { echo "pip install -e '.[test]' failed" >&2; exit 1; }
 if [ "${WITH_TORCH:-1}" = "1" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  # CPU build for the template tests (tiny gloo training); optional, tests skip without it.
-  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || echo "torch not installed: template training tests will be skipped" >&2
+  # CPU build for the template tests (tiny gloo training); they skip, saying so, without it.
+  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | quiet
+  .venv/bin/python -c "import torch" 2>/dev/null \
+    || echo "torch not installed: the template training tests will be skipped" >&2
 fi
