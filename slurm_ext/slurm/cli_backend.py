@@ -9,18 +9,15 @@ objects and state lists of v0.0.39+ (Slurm >= 23.02).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
+from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable, map_records
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
-
-log = logging.getLogger("slurm_ext.slurm")
 
 _UNAVAILABLE_HINTS = (
     "Unable to contact slurm controller",
@@ -135,35 +132,17 @@ class CliSlurmClient:
     def jobs(self, states: Sequence[str] = ("PENDING", "RUNNING", "SUSPENDED")) -> list[Job]:
         wanted = {s.upper() for s in states}
         records = self._json(["squeue", "--json"], "jobs")
-        jobs = []
-        for rec in records:
-            try:
-                job = job_from_squeue(rec)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                # one odd record must not stop the service ranking every other job
-                log.warning(
-                    "squeue --json: skipping unreadable job record %r: %s",
-                    rec.get("job_id") if isinstance(rec, dict) else rec,
-                    exc,
-                )
-                continue
-            if job.state.value in wanted:
-                jobs.append(job)
-        return jobs
+        jobs = map_records(
+            records, job_from_squeue, "squeue --json", "job record", _record_id("job_id")
+        )
+        return [j for j in jobs if j.state.value in wanted]
 
     def nodes(self) -> list[Node]:
         records = self._json(["sinfo", "--json"], "nodes")
         out: dict[str, Node] = {}
-        for rec in records:
-            try:
-                node = node_from_sinfo(rec)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                log.warning(
-                    "sinfo --json: skipping unreadable node record %r: %s",
-                    rec.get("name") if isinstance(rec, dict) else rec,
-                    exc,
-                )
-                continue
+        for node in map_records(
+            records, node_from_sinfo, "sinfo --json", "node record", _record_id("name")
+        ):
             out.setdefault(node.name, node)  # sinfo repeats a node once per partition
         return list(out.values())
 
@@ -208,6 +187,10 @@ class CliSlurmClient:
 
     def requeue(self, job_id: int) -> None:
         self._run(["scontrol", "requeue", str(int(job_id))])
+
+
+def _record_id(key: str) -> Callable[[Any], object]:
+    return lambda rec: rec.get(key) if isinstance(rec, dict) else rec
 
 
 def job_from_squeue(rec: dict[str, Any]) -> Job:

@@ -7,10 +7,14 @@ Slurm releases distributions ship) and `PySlurmClient` (pyslurm >= 25.11). Calle
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from slurm_ext.model import Job, Node
+
+log = logging.getLogger("slurm_ext.slurm")
+T = TypeVar("T")
 
 
 class SlurmError(RuntimeError):
@@ -65,3 +69,23 @@ class SlurmClient(Protocol):
     def resume(self, job_id: int) -> None: ...
 
     def requeue(self, job_id: int) -> None: ...
+
+
+def map_records(
+    records: Iterable[Any],
+    mapper: Callable[[Any], T],
+    source: str,
+    what: str,
+    ident: Callable[[Any], object],
+) -> list[T]:
+    """Map every record a backend read; skip an unreadable one, naming it in a warning.
+
+    One odd job or node must not stop the service from ranking all the others.
+    """
+    out = []
+    for rec in records:
+        try:
+            out.append(mapper(rec))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            log.warning("%s: skipping unreadable %s %r: %s", source, what, ident(rec), exc)
+    return out

@@ -18,18 +18,15 @@ Quirks of pyslurm 25.11.2 this module works around or refuses (read from its sou
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
+from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable, map_records
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
-
-log = logging.getLogger("slurm_ext.slurm")
 
 # Slurm errno values (slurm_errno.h) that mean "slurmctld did not answer".
 _UNAVAILABLE_ERRNOS = frozenset(
@@ -296,35 +293,24 @@ class PySlurmClient:
     def jobs(self, states: Sequence[str] = ("PENDING", "RUNNING", "SUSPENDED")) -> list[Job]:
         wanted = {s.upper() for s in states}
         loaded = self._call("pyslurm.Jobs.load()", self._pyslurm.Jobs.load)
-        jobs = []
-        for obj in loaded.values():
-            try:
-                job = job_from_pyslurm(obj)
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                # as the CLI backend: one odd record must not stop every other job's ranking
-                log.warning(
-                    "pyslurm.Jobs.load(): skipping unreadable job %r: %s",
-                    getattr(obj, "id", None),
-                    exc,
-                )
-                continue
-            if job.state.value in wanted:
-                jobs.append(job)
-        return jobs
+        jobs = map_records(
+            loaded.values(),
+            job_from_pyslurm,
+            "pyslurm.Jobs.load()",
+            "job",
+            lambda o: getattr(o, "id", None),
+        )
+        return [j for j in jobs if j.state.value in wanted]
 
     def nodes(self) -> list[Node]:
         loaded = self._call("pyslurm.Nodes.load()", self._pyslurm.Nodes.load)
-        out = []
-        for obj in loaded.values():
-            try:
-                out.append(node_from_pyslurm(obj))
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                log.warning(
-                    "pyslurm.Nodes.load(): skipping unreadable node %r: %s",
-                    getattr(obj, "name", None),
-                    exc,
-                )
-        return out
+        return map_records(
+            loaded.values(),
+            node_from_pyslurm,
+            "pyslurm.Nodes.load()",
+            "node",
+            lambda o: getattr(o, "name", None),
+        )
 
     # ---- writes ---------------------------------------------------------------------
     def set_priority(self, job_id: int, priority: int) -> None:
