@@ -163,10 +163,7 @@ def fold_jobs(
 
         def close(end: float, gpus: int = gpus) -> None:
             nonlocal closed_gpu, closed_run, last_run, run_start, promoted_at
-            run = max(0.0, end - run_start)  # type: ignore[operator]
-            closed_gpu += run * gpus
-            closed_run += run
-            last_run = run
+            closed_gpu, closed_run, last_run = _stint(closed_gpu, closed_run, run_start, end, gpus)
             run_start = None
             promoted_at = None
 
@@ -242,14 +239,22 @@ def _decision_key(d: DecisionRecord) -> tuple:
     return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement)
 
 
+def _stint(
+    closed_gpu: float, closed_run: float, start: float | None, end: float, gpus: int
+) -> tuple[float, float, float]:
+    """Close a run stint: (GPU-seconds, run seconds so far, the stint's length)."""
+    assert start is not None
+    run = max(0.0, end - start)
+    return closed_gpu + run * gpus, closed_run + run, run
+
+
 def _close(rec: JobRecord, end: float) -> JobRecord:
-    assert rec.run_start is not None
-    run = max(0.0, end - rec.run_start)
+    gpu_s, run_s, last = _stint(rec.closed_gpu_s, rec.closed_run_s, rec.run_start, end, rec.gpus)
     return replace(
         rec,
-        closed_gpu_s=rec.closed_gpu_s + run * rec.gpus,
-        closed_run_s=rec.closed_run_s + run,
-        last_run_s=run,
+        closed_gpu_s=gpu_s,
+        closed_run_s=run_s,
+        last_run_s=last,
         run_start=None,
         promoted_at_gpu_s=None,
     )
