@@ -54,6 +54,7 @@ class SlurmLikeCgroups:
         p = subprocess.Popen(argv or [sys.executable, "-c", code], env=full_env)
         self.procs.append(p)
         (d / "cgroup.procs").write_text(str(p.pid))
+        _wait_exec(p.pid, f"SLURM_JOB_ID={job_id}")
         return p.pid
 
     def close(self) -> None:
@@ -101,3 +102,18 @@ def cpu_used_during(pids: list[int], seconds: float) -> float:
     before = sum(cpu_s(p) for p in pids)
     time.sleep(seconds)
     return sum(cpu_s(p) for p in pids) - before
+
+
+def _wait_exec(pid: int, marker: str, timeout: float = 5.0) -> None:
+    """Until the child has exec'd, /proc/PID/environ is still the parent's: a reader then
+    would see no job environment. Wait until it shows the job's."""
+    needle = marker.encode() + b"\0"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if needle in Path(f"/proc/{pid}/environ").read_bytes():
+                return
+        except OSError:
+            return  # exited or not readable: nothing to wait for
+        time.sleep(0.005)
+    raise RuntimeError(f"process {pid} did not exec within {timeout}s")
