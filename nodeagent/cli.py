@@ -39,7 +39,7 @@ def make_gpu_reader(backend: str, config: AgentConfig) -> GpuReader | None:
             config.gpu.simulated_count, processes_file=config.gpu.simulated_processes_file
         )
     try:
-        return NvmlGpuReader(config.gpu.util_window_s)
+        return NvmlGpuReader(config.gpu.util_window_s, config.gpu.energy_interval_s)
     except GpuUnavailable as exc:
         log.error("%s; continuing without GPU readings", exc)
         return None
@@ -125,7 +125,7 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
     error = None
     if backend == "nvml":
         try:
-            reader = NvmlGpuReader(config.gpu.util_window_s)
+            reader = NvmlGpuReader(config.gpu.util_window_s)  # counter at every read
         except GpuUnavailable as exc:
             error = str(exc)
     elif backend == "simulated":

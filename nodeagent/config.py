@@ -25,6 +25,9 @@ class GpuConfig:
     # placing real processes on the simulated GPUs (end-to-end tests)
     simulated_processes_file: str = ""
     util_window_s: float = 10.0  # first per-process utilisation query looks this far back
+    # read the NVML total-energy counter at most this often (it costs ~4 ms CPU per read on
+    # an H100); power is integrated in between and the counter corrects it at the next read
+    energy_interval_s: float = 30.0
 
 
 @dataclass
