@@ -83,6 +83,24 @@ def test_a_job_waits_for_cores_although_gpus_are_free():
     assert starts == {1: (0.0, [("n0", 1)]), 2: (10.0, [("n1", 1)])}
 
 
+def test_backfill_passes_a_job_blocked_by_cores_alone():
+    # A holds 20 of 40 cores. B (same GPU count) needs 40 and must wait; C needs 10 and
+    # backfills at once. Jobs with equal GPUs but different cores are not one bucket.
+    trace = [
+        job(1, cpus=20),
+        job(2, submit=1.0, duration=100.0, cpus=40),
+        job(3, submit=2.0, duration=50.0, cpus=10),
+    ]
+    cl = SimConfig(nodes=1, gpus_per_node=4, cpus_per_node=40)
+    assert finish_times(Simulator(trace, FIFO, cl).run()) == {1: 1000.0, 2: 1100.0, 3: 52.0}
+    strict = replace(cl, backfill=False)  # C waits behind B, then for B's cores
+    assert finish_times(Simulator(trace, FIFO, strict).run()) == {
+        1: 1000.0,
+        2: 1100.0,
+        3: 1150.0,
+    }
+
+
 def test_placement_sees_only_the_gpus_cores_can_feed():
     idx = FreeIndex(4)
     idx.set("a", 3)

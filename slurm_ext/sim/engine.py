@@ -14,7 +14,8 @@ node x its cores per GPU, and runs at the speed those cores give its model
 nothing about a run changes.
 
 Keys live in incremental structures, the very keys `policy.priority_key` computes: one
-heap of pending jobs per (GPU count, must-consolidate) bucket and one heap of running
+heap of pending jobs per (GPU count, must-consolidate, cores per GPU) bucket (jobs that
+need the same room: when the best cannot start, none can) and one heap of running
 jobs, worst on top. `order()` reads them back so a test can check them against
 `policy.rank` on the same state.
 """
@@ -161,7 +162,7 @@ class Simulator:
         self.total_gpus = cluster.nodes * cluster.gpus_per_node
         self.events: list[tuple[float, int, int, int, SimJob]] = []
         self.seq = 0
-        self.pending: dict[tuple[int, bool], list] = {}
+        self.pending: dict[tuple[int, bool, int], list] = {}
         # bumped whenever a job enters, re-enters or leaves the pending set
         self.pending_ver = 0
         self.best_pending: tuple = ABOVE_ALL
@@ -338,7 +339,7 @@ class Simulator:
                 for n, _ in job.alloc:
                     dirty.add(n)
             else:
-                b = (job.gpus, job.must_consolidate)
+                b = (job.gpus, job.must_consolidate, job.cpus_per_gpu)
                 bucket = self.pending.get(b)
                 if bucket is None:
                     bucket = self.pending[b] = []
@@ -393,7 +394,7 @@ class Simulator:
             self.running = []
             for job in live:
                 self._rekey(job, now)
-        blocked: set[tuple[int, bool]] = set()
+        blocked: set[tuple[int, bool, int]] = set()
         can_preempt = self.cl.preemptive
         while True:
             tops = []
