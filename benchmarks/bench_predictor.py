@@ -1,59 +1,59 @@
-"""Predicted CPU cores per GPU vs an even split, on a small CPU-sensitive cluster model.
+"""Predicted CPU cores per GPU vs an even split, replayed on the trace simulator.
 
-Self-contained model (slurm_ext.sim schedules GPUs only, it has no CPU dimension):
-- cluster: --nodes nodes, each 4 V100-like GPUs and 40 CPU cores (10 cores/GPU evenly);
+Runs on slurm_ext.sim with its CPU dimension on (SimConfig.cpus_per_node):
+- cluster: --nodes nodes, each 4 V100-like GPUs and 40 CPU cores (10 cores/GPU evenly),
+  consolidated placement (a job's GPUs and cores on one node);
 - workloads with SAD-like saturating curves, GPU speed = min(1, cores_per_gpu / knee):
-  resnet50 knee 7, vgg16 knee 12, overfeat knee 40 cores/GPU (SAD, SoCC'18, on V100);
-- jobs: Poisson arrivals, 1 or 2 GPUs, work lognormal (mean ~1 GPU-hour at full speed);
-  FIFO with first-fit backfill; a job needs its GPUs and GPUs x cores_per_gpu cores on
-  one node, runs at the speed its cores give it, and holds both until done.
-- even: every job gets 10 cores/GPU. predicted: node agents' samples (the true curves
+  resnet50 knee 7, vgg16 knee 12, overfeat knee 40 cores/GPU (sim.cpus.DEFAULT_KNEES);
+- jobs: Poisson arrivals, 70 % 1 GPU / 30 % 2 GPUs, mix 60/20/20 %, work lognormal
+  (mean ~1 GPU-hour at full speed), at --loads x the even split's capacity;
+- policies: the engine's fifo (non-preemptive, first-fit backfill) and the shipped
+  gittins (preemptive, 30 s restart overhead);
+- even: every job asks 10 cores/GPU. predicted: node agents' samples (the true curves
   plus noise, at random core counts) go through the real predictor (decide_cpus) and the
   real rewrite rule (plan_rewrite, capped by the node's 40 cores).
 
     .venv/bin/python benchmarks/bench_predictor.py [--nodes 8] [--jobs 2000] [--seeds 5]
+        [--loads 0.8,1.0,1.2] [--policies fifo,gittins]
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import random
 import statistics
 import sys
-from dataclasses import dataclass
+import time
 
+from slurm_ext.policy import PolicyConfig
 from slurm_ext.predict.cpu import CpuPredictorConfig, decide_cpus
 from slurm_ext.predict.rewrite import HookConfig, JobRequest, plan_rewrite
 from slurm_ext.predict.samples import CpuSample
 from slurm_ext.predict.table import decisions_to_rows, parse_table, render_table
+from slurm_ext.sim.cpus import DEFAULT_KNEES, cpu_speed
+from slurm_ext.sim.engine import SimConfig, Simulator
+from slurm_ext.sim.metrics import summarize
+from slurm_ext.sim.traces import TraceJob
 
 GPUS_PER_NODE, CORES_PER_NODE = 4, 40
-KNEES = {"resnet50": 7.0, "vgg16": 12.0, "overfeat": 40.0}
+KNEES = DEFAULT_KNEES
 MIX = {"resnet50": 0.6, "vgg16": 0.2, "overfeat": 0.2}
+Cores = dict[tuple[str, int], int]  # (model, GPUs) -> cores per GPU
 
 
 def speed(model: str, cores_per_gpu: float) -> float:
-    return min(1.0, cores_per_gpu / KNEES[model])
+    return cpu_speed(model, cores_per_gpu, KNEES)
 
 
-@dataclass
-class SimJob:
-    job_id: int
-    model: str
-    gpus: int
-    work: float  # seconds at full speed
-    arrival: float
-
-
-def make_jobs(n: int, rate_per_h: float, rng: random.Random) -> list[SimJob]:
+def make_jobs(n: int, rate_per_h: float, rng: random.Random) -> list[tuple[str, int, float, float]]:
+    """(model, GPUs, work s at full speed, submit s), Poisson arrivals at `rate_per_h`."""
     jobs, t = [], 0.0
     models, weights = list(MIX), list(MIX.values())
-    for i in range(n):
+    for _ in range(n):
         t += rng.expovariate(rate_per_h / 3600)
         gpus = 1 if rng.random() < 0.7 else 2
         work = rng.lognormvariate(0, 0.8) * 3600 / 1.377  # mean ~1 h
-        jobs.append(SimJob(i, rng.choices(models, weights)[0], gpus, work, t))
+        jobs.append((rng.choices(models, weights)[0], gpus, work, t))
     return jobs
 
 
@@ -68,7 +68,7 @@ def agent_samples(rng: random.Random) -> list[CpuSample]:
     return out
 
 
-def predicted_cores(samples: list[CpuSample]) -> dict[tuple[str, int], int]:
+def predicted_cores(samples: list[CpuSample]) -> Cores:
     """Cores/GPU per (model, GPUs) via the table text and the hook's rewrite rule."""
     decisions = decide_cpus(samples, CpuPredictorConfig(max_cpus_per_gpu=64))
     table = parse_table(render_table(decisions_to_rows(decisions)))
@@ -85,50 +85,31 @@ def predicted_cores(samples: list[CpuSample]) -> dict[tuple[str, int], int]:
     return out
 
 
-def simulate(jobs: list[SimJob], nodes: int, cores: dict[tuple[str, int], int]) -> dict[str, float]:
-    free_g = [GPUS_PER_NODE] * nodes
-    free_c = [CORES_PER_NODE] * nodes
-    queue: list[SimJob] = []
-    running: list[tuple[float, int, int, int, int]] = []  # (end, job_id, node, gpus, cores)
-    arrivals = sorted(jobs, key=lambda j: j.arrival)
-    jct, busy_gpu_s, useful_gpu_s = [], 0.0, 0.0
-    now, ai = 0.0, 0
-    by_id = {j.job_id: j for j in jobs}
-    while ai < len(arrivals) or queue or running:
-        next_arrival = arrivals[ai].arrival if ai < len(arrivals) else float("inf")
-        next_end = running[0][0] if running else float("inf")
-        if next_end <= next_arrival:
-            now, job_id, node, g, c = heapq.heappop(running)
-            free_g[node] += g
-            free_c[node] += c
-            jct.append(now - by_id[job_id].arrival)
-        else:
-            now = next_arrival
-            queue.append(arrivals[ai])
-            ai += 1
-        still = []
-        for job in queue:  # FIFO with first-fit backfill
-            need_c = job.gpus * cores[(job.model, job.gpus)]
-            node = next(
-                (n for n in range(nodes) if free_g[n] >= job.gpus and free_c[n] >= need_c), None
-            )
-            if node is None:
-                still.append(job)
-                continue
-            s = speed(job.model, need_c / job.gpus)
-            duration = job.work / s
-            free_g[node] -= job.gpus
-            free_c[node] -= need_c
-            busy_gpu_s += job.gpus * duration
-            useful_gpu_s += job.gpus * job.work
-            heapq.heappush(running, (now + duration, job.job_id, node, job.gpus, need_c))
-        queue = still
-    makespan = now
+def trace(jobs: list[tuple[str, int, float, float]], cores: Cores) -> list[TraceJob]:
+    return [
+        TraceJob(i, g, submit, work, model_tag=m, cpus_per_gpu=cores[(m, g)])
+        for i, (m, g, work, submit) in enumerate(jobs)
+    ]
+
+
+def run(trace: list[TraceJob], nodes: int, policy: str) -> dict[str, float]:
+    cluster = SimConfig(
+        nodes=nodes,
+        gpus_per_node=GPUS_PER_NODE,
+        cpus_per_node=CORES_PER_NODE,
+        cpu_knees=dict(KNEES),
+        preemptive=policy != "fifo",  # FIFO with backfill never takes GPUs back
+    )
+    sim = Simulator(trace, PolicyConfig(policy=policy), cluster)
+    jobs = sim.run()
+    s = summarize(jobs, sim.total_gpus, sim.preemptions)
     return {
-        "throughput_jobs_per_h": len(jobs) / (makespan / 3600),
-        "avg_jct_h": statistics.mean(jct) / 3600,
-        "gpu_efficiency": useful_gpu_s / busy_gpu_s,  # work done per GPU-second held
-        "makespan_h": makespan / 3600,
+        "jobs_per_h": s["jobs"] / (s["makespan_s"] / 3600),
+        "avg_jct_h": s["avg_jct_s"] / 3600,
+        # work (GPU-s at full speed) per GPU-second held: 1 = no GPU time lost to starving
+        # or to restarts
+        "work_per_gpu_h": sum(j.gpus * j.duration for j in jobs) / sum(j.attained for j in jobs),
+        "preemptions": float(sim.preemptions),
     }
 
 
@@ -137,37 +118,53 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--load", type=float, default=0.9, help="arrival rate vs even-split capacity")
+    ap.add_argument("--loads", default="0.8,1.0,1.2", help="arrival rates vs even-split capacity")
+    ap.add_argument("--policies", default="fifo,gittins")
     args = ap.parse_args()
+    loads = [float(x) for x in args.loads.split(",")]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
 
     even = {(m, g): CORES_PER_NODE // GPUS_PER_NODE for m in KNEES for g in (1, 2)}
-    # arrival rate: `load` x what the even split can serve: GPU-hours per job = GPUs / speed
+    # capacity: GPUs / GPU-hours per job under the even split (mean 1.3 GPUs x 1 h / speed)
     gpu_h_per_job = 1.3 * sum(MIX[m] / speed(m, even[(m, 1)]) for m in KNEES)
     capacity_per_h = args.nodes * GPUS_PER_NODE / gpu_h_per_job
-    rate = args.load * capacity_per_h
-    print(f"{args.nodes} nodes x {GPUS_PER_NODE} GPUs x {CORES_PER_NODE} cores; mix {MIX}; "
-          f"{args.jobs} jobs/seed at {rate:.1f} jobs/h (load {args.load} of even-split capacity)")  # fmt: skip
-    rows: dict[str, list[dict[str, float]]] = {"even split": [], "predicted": []}
-    for seed in range(args.seeds):
-        rng = random.Random(seed)
-        cores = predicted_cores(agent_samples(rng))
-        if seed == 0:
-            print("predicted cores/GPU (1-GPU, 2-GPU jobs):",
-                  {m: (cores[(m, 1)], cores[(m, 2)]) for m in KNEES})  # fmt: skip
-        jobs = make_jobs(args.jobs, rate, rng)
-        rows["even split"].append(simulate(jobs, args.nodes, even))
-        rows["predicted"].append(simulate(jobs, args.nodes, cores))
-    keys = ["throughput_jobs_per_h", "avg_jct_h", "gpu_efficiency", "makespan_h"]
-    print(f"{'policy':12} " + " ".join(f"{k:>22}" for k in keys))
-    means = {}
-    for label, rs in rows.items():
-        means[label] = {k: statistics.mean(r[k] for r in rs) for k in keys}
-        print(f"{label:12} " + " ".join(f"{means[label][k]:22.3f}" for k in keys))
-    e, p = means["even split"], means["predicted"]
-    print(
-        f"predicted vs even: throughput {100 * (p['throughput_jobs_per_h'] / e['throughput_jobs_per_h'] - 1):+.1f}%, "
-        f"avg JCT {100 * (p['avg_jct_h'] / e['avg_jct_h'] - 1):+.1f}% (mean of {args.seeds} seeds)"
-    )
+    print(f"slurm_ext.sim: {args.nodes} nodes x {GPUS_PER_NODE} GPUs x {CORES_PER_NODE} cores; "
+          f"mix {MIX}; {args.jobs} jobs x {args.seeds} seeds per cell; "
+          f"even-split capacity {capacity_per_h:.2f} jobs/h")  # fmt: skip
+    print("| load | policy | cores | jobs/h (n / makespan) | avg JCT h | "
+          "work per GPU-hour held | preemptions |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    t0 = time.perf_counter()
+    summary = []
+    for load in loads:
+        for policy in policies:
+            rows: dict[str, list[dict[str, float]]] = {"even split": [], "predicted": []}
+            for seed in range(args.seeds):
+                rng = random.Random(seed)
+                cores = predicted_cores(agent_samples(rng))
+                if seed == 0 and load == loads[0] and policy == policies[0]:
+                    print("<!-- predicted cores/GPU (1-GPU, 2-GPU), seed 0: "
+                          f"{ {m: (cores[(m, 1)], cores[(m, 2)]) for m in KNEES} } -->")  # fmt: skip
+                jobs = make_jobs(args.jobs, load * capacity_per_h, rng)
+                rows["even split"].append(run(trace(jobs, even), args.nodes, policy))
+                rows["predicted"].append(run(trace(jobs, cores), args.nodes, policy))
+            means = {
+                label: {k: statistics.mean(r[k] for r in rs) for k in rs[0]}
+                for label, rs in rows.items()
+            }
+            for label, m in means.items():
+                print(f"| {load} | {policy} | {label} | {m['jobs_per_h']:.2f} | "
+                      f"{m['avg_jct_h']:.2f} | {m['work_per_gpu_h']:.2f} | "
+                      f"{m['preemptions']:.0f} |", flush=True)  # fmt: skip
+            e, p = means["even split"], means["predicted"]
+            summary.append(
+                f"load {load} {policy}: throughput "
+                f"{100 * (p['jobs_per_h'] / e['jobs_per_h'] - 1):+.1f} %, avg JCT "
+                f"{100 * (p['avg_jct_h'] / e['avg_jct_h'] - 1):+.1f} %"
+            )
+    print(f"\npredicted vs even (mean of {args.seeds} seeds):")
+    print("\n".join(summary))
+    print(f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return 0
 
 

@@ -86,3 +86,37 @@ def test_registered_in_main_cli():
     from slurm_ext.cli import main
 
     assert {"simulate", "trace"} <= set(main.commands)
+
+
+def test_simulate_with_cpus(tmp_path):
+    csv = tmp_path / "cpu.csv"
+    csv.write_text(
+        "job_id,num_gpu,submit_time,model_name,duration,cpus_per_gpu\n"
+        "1,1,0,overfeat,1000,32\n"
+        "2,1,10,resnet50,100,\n"  # even share: 40 / 4 = 10 cores
+    )
+    base = ["--trace", str(csv), "--nodes", "1", "--gpus-per-node", "4", "--policy", "fifo"]
+    r = run(simulate, [*base, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["makespan_s"] == 1000.0  # GPUs only: cores ignored
+    r = run(simulate, [*base, "--cpus-per-node", "40", "--json"])
+    assert r.exit_code == 0, r.output
+    # job 1 runs at 32/40 speed to t=1250; job 2 waits for cores, ends at 1350
+    assert json.loads(r.output)["makespan_s"] == 1350.0
+    r = run(simulate, [*base, "--cpus-per-node", "40", "--cpu-knee", "overfeat=16", "--json"])
+    assert json.loads(r.output)["makespan_s"] == 1100.0  # not starved: 1000, then job 2
+
+
+def test_bad_cpu_options_are_clear_errors(tmp_path):
+    base = ["--trace", TRACE, "--nodes", "1", "--gpus-per-node", "8"]
+    r = run(simulate, [*base, "--cpus-per-node", "0"])
+    assert r.exit_code == 2 and "--cpus-per-node" in r.output
+    for bad in ("vgg16", "vgg16=x", "=4", "vgg16=-1"):
+        r = run(simulate, [*base, "--cpus-per-node", "64", "--cpu-knee", bad])
+        assert r.exit_code == 2 and "MODEL=CORES" in r.output, bad
+    r = run(simulate, [*base, "--cpus-per-node", "4"])  # 8-GPU jobs need 8 x 1 cores
+    assert r.exit_code == 1 and "cores on a node" in r.output
+    csv = tmp_path / "bad.csv"
+    csv.write_text("job_id,num_gpu,submit_time,duration,cpus_per_gpu\n1,1,0,10,0\n")
+    r = run(simulate, ["--trace", str(csv), "--cpus-per-node", "8"])
+    assert r.exit_code == 1 and "bad.csv:2: cpus_per_gpu must be > 0" in r.output

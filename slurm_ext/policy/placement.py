@@ -9,7 +9,7 @@ bucketed by free GPUs) so the simulator can call it per event in O(GPUs per node
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from slurm_ext.model import Node, Placement
 from slurm_ext.policy.profiles import network_sensitive as _sensitive
@@ -56,13 +56,37 @@ def min_nodes(gpus: int, capacity: int) -> int:
     return max(1, math.ceil(gpus / capacity)) if capacity else 0
 
 
-def choose_gpus(idx: FreeIndex, gpus: int, consolidate: bool) -> list[tuple[str, int]] | None:
+def cpu_limited(idx: FreeIndex, free_cpus: Mapping[str, int], cpus_per_gpu: int) -> FreeIndex:
+    """The GPUs each node can actually feed: min(free GPUs, free cores // cores per GPU).
+
+    A node with idle GPUs but its cores taken cannot host a job that needs cores, so
+    placement sees it as full. Nodes keep their order within each free count.
+    """
+    out = FreeIndex(idx.capacity)
+    for f, bucket in enumerate(idx.buckets):
+        for name in bucket:
+            out.set(name, min(f, free_cpus[name] // cpus_per_gpu))
+    return out
+
+
+def choose_gpus(
+    idx: FreeIndex,
+    gpus: int,
+    consolidate: bool,
+    cpus: tuple[Mapping[str, int], int] | None = None,
+) -> list[tuple[str, int]] | None:
     """Fewest nodes (largest free first), last node best fit; None if it cannot fit.
 
     consolidate: only accept the minimum possible number of nodes (wait otherwise).
+    cpus: (free cores per node, cores per GPU) when cores count too: a node then offers
+    only the GPUs its free cores can feed (`cpu_limited`); None: GPUs only.
     """
     if gpus <= 0 or idx.total_free < gpus:
         return None
+    if cpus is not None:
+        idx = cpu_limited(idx, *cpus)
+        if idx.total_free < gpus:
+            return None
     alloc: list[tuple[str, int]] = []
     used: set[str] = set()
     remaining = gpus

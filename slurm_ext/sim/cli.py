@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 import time
 from dataclasses import replace
@@ -13,6 +14,7 @@ import click
 
 from slurm_ext.config import ConfigError, load_config
 from slurm_ext.policy import POLICIES, PolicyConfig
+from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.report import plot_cdf, table
 from slurm_ext.sim.run import simulate as run_one
@@ -37,6 +39,22 @@ def _read_history(path: str) -> list[float]:
         rows = csv.DictReader(fh)
         col = "duration" if "duration" in (rows.fieldnames or []) else (rows.fieldnames or [""])[0]
         return [float(r[col]) for r in rows if r.get(col)]
+
+
+def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        model, sep, value = item.partition("=")
+        try:
+            knee = float(value)
+        except ValueError:
+            knee = math.nan
+        if not sep or not model.strip() or not (math.isfinite(knee) and knee > 0):
+            raise click.BadParameter(
+                f"expected MODEL=CORES with CORES > 0, got {item!r}", param_hint="--cpu-knee"
+            )
+        out[model.strip()] = knee
+    return out
 
 
 @click.command()
@@ -87,6 +105,21 @@ def _read_history(path: str) -> list[float]:
     default=None,
     help="CSV of completed jobs' GPU-seconds to seed the Gittins distribution.",
 )
+@click.option(
+    "--cpus-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Count CPU cores too: cores per node (jobs take the trace's cpus_per_gpu column, "
+    "else an even share).  [default: GPUs only]",
+)
+@click.option(
+    "--cpu-knee",
+    "cpu_knees",
+    multiple=True,
+    metavar="MODEL=CORES",
+    help="Cores per GPU at which MODEL's GPU saturates (repeatable; adds to or overrides "
+    "resnet50=7, vgg16=12, overfeat=40).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--compare", default=None, help="Comma-separated policies to compare (FIFO added for ratios)."
@@ -105,6 +138,8 @@ def simulate(
     placement,
     restart_overhead,
     history_path,
+    cpus_per_node,
+    cpu_knees,
     as_json,
     compare,
     plot,
@@ -129,6 +164,8 @@ def simulate(
         placement=placement,
         restart_overhead_s=restart_overhead,
         history=_read_history(history_path) if history_path else [],
+        cpus_per_node=cpus_per_node,
+        cpu_knees={**DEFAULT_KNEES, **_parse_knees(cpu_knees)},
     )
     names = [p.strip() for p in compare.split(",") if p.strip()] if compare else [cfg.policy]
     bad = [p for p in names if p not in POLICIES]

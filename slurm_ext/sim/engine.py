@@ -8,8 +8,14 @@ when preemptive, the worst-ranked running jobs below it are preempted until it f
 (victims it does not need are left running). A job that can neither fit nor preempt is
 skipped for this pass (smaller, lower-ranked jobs may still start).
 
+Optional CPU dimension (`SimConfig.cpus_per_node`): a job also needs cores, its GPUs on a
+node x its cores per GPU, and runs at the speed those cores give its model
+(`sim.cpus.cpu_speed`), so a starved job holds its GPUs longer. Off by default, and then
+nothing about a run changes.
+
 Keys live in incremental structures, the very keys `policy.priority_key` computes: one
-heap of pending jobs per (GPU count, must-consolidate) bucket and one heap of running
+heap of pending jobs per (GPU count, must-consolidate, cores per GPU) bucket (jobs that
+need the same room: when the best cannot start, none can) and one heap of running
 jobs, worst on top. `order()` reads them back so a test can check them against
 `policy.rank` on the same state.
 """
@@ -37,6 +43,7 @@ from slurm_ext.policy import (
 )
 from slurm_ext.policy.placement import consolidate_for, min_nodes
 from slurm_ext.policy.ranking import key_and_change, starved
+from slurm_ext.sim.cpus import DEFAULT_KNEES, cpu_speed, even_share
 from slurm_ext.sim.traces import TraceJob
 
 FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
@@ -55,6 +62,11 @@ class SimConfig:
     backfill: when the best pending job can neither start nor preempt, let lower-ranked
         jobs that fit start anyway (first fit, no reservation). False models Slurm's
         sched/builtin: strict priority order, the blocked job holds everyone behind it.
+    cpus_per_node: cores per node; None or 0 leaves CPUs out (GPUs only). When set, a job
+        takes its cores per GPU (`TraceJob.cpus_per_gpu`, default the even share
+        cpus_per_node // gpus_per_node) on each of its nodes, and runs at
+        cpu_speed(model, cores per GPU, cpu_knees).
+    cpu_knees: per model, the cores per GPU at which its GPU saturates.
     """
 
     nodes: int = 8
@@ -65,6 +77,8 @@ class SimConfig:
     history_refresh: int = 1000
     history: list[float] = field(default_factory=list)
     backfill: bool = True
+    cpus_per_node: int | None = None
+    cpu_knees: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_KNEES))
 
 
 class SimJob:
@@ -72,10 +86,12 @@ class SimJob:
         "id", "gpus", "submit", "duration", "model", "user", "partition", "must_consolidate",
         "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
-        "preemptions", "first_start", "promoted_at",
+        "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
     )  # fmt: skip
 
-    def __init__(self, t: TraceJob, must_consolidate: bool) -> None:
+    def __init__(
+        self, t: TraceJob, must_consolidate: bool, cpus_per_gpu: int = 0, speed: float = 1.0
+    ) -> None:
         self.id, self.gpus, self.submit, self.duration = (
             t.job_id,
             t.gpus,
@@ -102,6 +118,8 @@ class SimJob:
         self.preemptions = 0
         self.first_start: float | None = None
         self.promoted_at: float | None = None
+        self.cpus_per_gpu = cpus_per_gpu  # cores per GPU held while running; 0: not counted
+        self.speed = speed  # work seconds per wall second from its cores (1: not starved)
 
     def view(self, now: float) -> JobView:
         ran = now - self.start if self.running else 0.0
@@ -133,14 +151,18 @@ class Simulator:
     ) -> None:
         self.cfg, self.cl = policy, cluster
         self.on_pass, self.progress = on_pass, progress
-        self.jobs = [SimJob(t, self._must_consolidate(t)) for t in trace]
         self.idx = FreeIndex(cluster.gpus_per_node)
         for i in range(cluster.nodes):
             self.idx.set(f"n{i}", cluster.gpus_per_node)
+        # free cores per node; None when the CPU dimension is off
+        self.free_cpus: dict[str, int] | None = (
+            dict.fromkeys(self.idx.free, cluster.cpus_per_node) if cluster.cpus_per_node else None
+        )
+        self.jobs = [self._job(t) for t in trace]
         self.total_gpus = cluster.nodes * cluster.gpus_per_node
         self.events: list[tuple[float, int, int, int, SimJob]] = []
         self.seq = 0
-        self.pending: dict[tuple[int, bool], list] = {}
+        self.pending: dict[tuple[int, bool, int], list] = {}
         # bumped whenever a job enters, re-enters or leaves the pending set
         self.pending_ver = 0
         self.best_pending: tuple = ABOVE_ALL
@@ -180,6 +202,47 @@ class Simulator:
 
     def _must_consolidate(self, t: TraceJob) -> bool:
         return consolidate_for(self.cl.placement, network_sensitive(t.model_tag))
+
+    def _job(self, t: TraceJob) -> SimJob:
+        must = self._must_consolidate(t)
+        cl = self.cl
+        if not cl.cpus_per_node:
+            return SimJob(t, must)
+        cpg = t.cpus_per_gpu or even_share(cl.cpus_per_node, cl.gpus_per_node)
+        if cpg < 1:
+            raise ValueError(f"job {t.job_id}: cpus_per_gpu must be >= 1, got {cpg}")
+        # the GPUs it needs on one node: all of them (up to a node's) when consolidated
+        per_node = min(t.gpus, cl.gpus_per_node) if must else 1
+        if per_node * cpg > cl.cpus_per_node:
+            raise ValueError(
+                f"job {t.job_id} needs {per_node * cpg} cores on a node "
+                f"({per_node} GPUs x {cpg}), a node has {cl.cpus_per_node}"
+            )
+        return SimJob(t, must, cpg, cpu_speed(t.model_tag, cpg, cl.cpu_knees))
+
+    # ---- resources ----------------------------------------------------------------
+    def _cpus(self, cpus_per_gpu: int) -> tuple[dict[str, int], int] | None:
+        """What `choose_gpus` needs to count cores too (None when CPUs are off)."""
+        return None if self.free_cpus is None else (self.free_cpus, cpus_per_gpu)
+
+    def _take(self, alloc: list[tuple[str, int]], cpus_per_gpu: int) -> None:
+        self.idx.take(alloc)
+        if self.free_cpus is not None:
+            for n, g in alloc:
+                self.free_cpus[n] -= g * cpus_per_gpu
+
+    def _give(self, alloc: list[tuple[str, int]], cpus_per_gpu: int) -> None:
+        self.idx.give(alloc)
+        if self.free_cpus is not None:
+            for n, g in alloc:
+                self.free_cpus[n] += g * cpus_per_gpu
+
+    def _fits(self, alloc: list[tuple[str, int]], cpus_per_gpu: int) -> bool:
+        """Whether `alloc`'s GPUs (and cores, when counted) are free right now."""
+        free, cpus = self.idx.free, self.free_cpus
+        if cpus is None:
+            return all(free[n] >= g for n, g in alloc)
+        return all(free[n] >= g and cpus[n] >= g * cpus_per_gpu for n, g in alloc)
 
     # ---- events -------------------------------------------------------------------
     def _push_event(self, when: float, kind: int, job: SimJob, ver: int) -> None:
@@ -276,7 +339,7 @@ class Simulator:
                 for n, _ in job.alloc:
                     dirty.add(n)
             else:
-                b = (job.gpus, job.must_consolidate)
+                b = (job.gpus, job.must_consolidate, job.cpus_per_gpu)
                 bucket = self.pending.get(b)
                 if bucket is None:
                     bucket = self.pending[b] = []
@@ -331,7 +394,7 @@ class Simulator:
             self.running = []
             for job in live:
                 self._rekey(job, now)
-        blocked: set[tuple[int, bool]] = set()
+        blocked: set[tuple[int, bool, int]] = set()
         can_preempt = self.cl.preemptive
         while True:
             tops = []
@@ -344,7 +407,9 @@ class Simulator:
                 return
             tops.sort(key=lambda t: t[0])
             for _, b, job in tops:
-                alloc = choose_gpus(self.idx, job.gpus, job.must_consolidate)
+                alloc = choose_gpus(
+                    self.idx, job.gpus, job.must_consolidate, self._cpus(job.cpus_per_gpu)
+                )
                 if alloc is None and can_preempt:
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:
@@ -378,20 +443,22 @@ class Simulator:
             if top is None or not top.key > job.key:
                 break
             victims.append(heapq.heappop(self.running))
-            self.idx.give(top.alloc)
+            self._give(top.alloc, top.cpus_per_gpu)
             if self.idx.total_free >= job.gpus:
-                alloc = choose_gpus(self.idx, job.gpus, job.must_consolidate)
+                alloc = choose_gpus(
+                    self.idx, job.gpus, job.must_consolidate, self._cpus(job.cpus_per_gpu)
+                )
         if alloc is not None:
-            self.idx.take(alloc)
+            self._take(alloc, job.cpus_per_gpu)
         for entry in reversed(victims):  # best victims first: keep whoever still fits
             v = entry[3]
-            if alloc is None or all(self.idx.free[n] >= g for n, g in v.alloc):
-                self.idx.take(v.alloc)
+            if alloc is None or self._fits(v.alloc, v.cpus_per_gpu):
+                self._take(v.alloc, v.cpus_per_gpu)
                 heapq.heappush(self.running, entry)
             else:
-                self._preempt(v, now)  # its GPUs were given back above
+                self._preempt(v, now)  # its GPUs (and cores) were given back above
         if alloc is not None:
-            self.idx.give(alloc)  # _start takes it again
+            self._give(alloc, job.cpus_per_gpu)  # _start takes it again
         return alloc
 
     def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
@@ -402,7 +469,8 @@ class Simulator:
         first, only as many as needed. (Picking the nodes with the fewest GPUs to free
         instead evicted mid-ranked jobs, which restarted at once by preempting the
         lower-ranked ones: chains of same-instant restarts.) The per-node `need` tables
-        make each check one key comparison per node.
+        make each check one key comparison per node. With CPUs on, the nodes are still
+        picked by GPUs; on each, jobs go until the job's cores are free as well.
         """
         need_nodes = min_nodes(job.gpus, self.idx.capacity)
         target = min(job.gpus, self.idx.capacity)
@@ -423,15 +491,16 @@ class Simulator:
             best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
             if not col[best[-1]] > jk:
                 return None
-        free_of = self.idx.free
+        cpg = job.cpus_per_gpu
         for node in (self.node_names[i] for i in best):
             here = self.on_node[node]
+            share = [(node, target)]
             for key, _, v in self.node_worst[node]:  # worst first
-                if free_of[node] >= target or not key > jk:
+                if self._fits(share, cpg) or not key > jk:
                     break
                 if v in here:  # not gone already with an earlier node
                     self._preempt(v, now, release=True)
-        return choose_gpus(self.idx, job.gpus, True)
+        return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
 
     def _index_nodes(self) -> None:
         """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
@@ -462,7 +531,7 @@ class Simulator:
             False, job.last_run, job.waiting_since, job.submit, now, self.cfg
         ):  # a promoted job gets a fresh quantum
             job.promoted_at = job.attained
-        self.idx.take(alloc)
+        self._take(alloc, job.cpus_per_gpu)
         self.pending_ver += 1  # it leaves the pending set
         for n, g in alloc:
             self.on_node[n][job] = g
@@ -471,7 +540,8 @@ class Simulator:
         job.start = now
         job.overhead = self.cl.restart_overhead_s if job.stints > 0 else 0.0
         spread = len(alloc) > min_nodes(job.gpus, self.cl.gpus_per_node)
-        job.slowdown = spread_slowdown(job.model) if spread else 1.0
+        # wall seconds per work second: spread over extra nodes, starved of cores (speed)
+        job.slowdown = (spread_slowdown(job.model) if spread else 1.0) / job.speed
         job.stints += 1
         if job.first_start is None:
             job.first_start = now
@@ -491,7 +561,7 @@ class Simulator:
         job.promoted_at = None
         job.run_ver += 1
         if release:
-            self.idx.give(job.alloc)
+            self._give(job.alloc, job.cpus_per_gpu)
         for n, _ in job.alloc:
             del self.on_node[n][job]
             self.dirty.add(n)

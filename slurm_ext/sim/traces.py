@@ -26,6 +26,7 @@ class TraceJob:
     model_tag: str | None = None
     user: str = ""
     partition: str = ""
+    cpus_per_gpu: int | None = None  # cores per GPU asked; None: the cluster's even share
 
 
 class TraceError(ValueError):
@@ -100,6 +101,11 @@ def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
                     duration_s=_positive(row["duration"], "duration"),
                     model_tag=(row.get("model_name") or None),
                     user=row.get("user") or "",
+                    cpus_per_gpu=(
+                        int(_positive(row["cpus_per_gpu"], "cpus_per_gpu", int))
+                        if row.get("cpus_per_gpu")
+                        else None
+                    ),
                 )
             except (TypeError, ValueError) as exc:
                 yield TraceError(path, line, str(exc))
