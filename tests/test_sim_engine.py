@@ -208,3 +208,20 @@ def test_consolidated_clearing_evicts_the_lowest_ranked_jobs():
     # which restarted on n1 at t=200 by preempting W: 2 preemptions, V done at 1010.
     assert finish_times(jobs) == pytest.approx({1: 1000.0, 2: 551.0, 3: 240.0})
     assert sim.preemptions == 1 and [j.preemptions for j in jobs] == [0, 1, 0]
+
+
+def test_strict_fifo_never_starts_a_later_job_before_the_head():
+    """`fifo-strict` in benchmarks/bench_sim.py (Tiresias' `fifo`, YARN-CS): no backfill,
+    no preemption. Jobs start in submission order; with backfill some jump ahead."""
+    trace = synth_jobs(400, 16, load=1.1, seed=5)
+    cl = SimConfig(nodes=2, gpus_per_node=8, backfill=False, preemptive=False)
+    sim = Simulator(trace, PolicyConfig(policy="fifo"), cl)
+    jobs = sorted(sim.run(), key=lambda j: (j.submit, j.id))
+    starts = [j.first_start for j in jobs]
+    assert starts == sorted(starts)
+    assert sim.preemptions == 0 and all(j.stints == 1 for j in jobs)
+    bf = sorted(
+        Simulator(trace, PolicyConfig(policy="fifo"), replace(cl, backfill=True)).run(),
+        key=lambda j: (j.submit, j.id),
+    )
+    assert any(b.first_start < a.first_start for a, b in zip(bf, bf[1:], strict=False))

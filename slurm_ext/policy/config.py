@@ -34,7 +34,7 @@ class PolicyConfig:
     queue_thresholds_gpu_s: list[float] = field(
         default_factory=lambda: [3600.0, 14400.0, 57600.0, 230400.0]
     )
-    starvation_factor: float = 10.0
+    starvation_factor: float = 20.0
     history_window: int = 5000
     min_run_s: float = 600.0
     gittins_grid_start_gpu_s: float = 60.0

@@ -22,9 +22,12 @@ COLUMNS = (
 )
 
 
-def table(rows: Sequence[dict], markdown: bool = False) -> str:
-    head = [h for h, _, _ in COLUMNS]
-    body = [[fmt.format(r[k]) if k in r else "-" for _, k, fmt in COLUMNS] for r in rows]
+def table(
+    rows: Sequence[dict], markdown: bool = False, columns: Sequence[tuple[str, str, str]] = COLUMNS
+) -> str:
+    """Rows as a table; `columns` are (heading, row key, format) triples."""
+    head = [h for h, _, _ in columns]
+    body = [[fmt.format(r[k]) if k in r else "-" for _, k, fmt in columns] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
