@@ -31,6 +31,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
 from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
 from nodeagent.jobinfo import JobInfo, SlurmJobInfo
+from nodeagent.progress import ProgressReader
 from nodeagent.report import JobReport, ReportSender
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
@@ -139,6 +140,7 @@ class Agent:
             memory_high=c.memory_high,
             idle_util=c.idle_util,
             min_solo_util=c.min_solo_util,
+            min_solo_rate_samples=c.min_solo_rate_samples,
             eaco=co.EacoModel(
                 e.gpu_idle_w,
                 e.gpu_max_w,
@@ -152,6 +154,7 @@ class Agent:
         self.lock = threading.Lock()  # the exporter reads under it
         self.meter = GpuEnergyMeter()
         self.co_state = co.CoState()
+        self.progress = ProgressReader(config.proc_root)
         self.accounts: dict[int, JobAccount] = {}
         self.paused: dict[int, PauseRecord] = {}
         self.gpu_energy_total: dict[str, float] = {}
@@ -194,6 +197,8 @@ class Agent:
         self.gpu_energy_total = {k: float(v) for k, v in doc.get("gpu_energy_total", {}).items()}
         self.cpu_energy_total = float(doc.get("cpu_energy_total", 0.0))
         self.co_state.solo_util = {int(k): v for k, v in doc.get("solo_util", {}).items()}
+        self.co_state.solo_rate = {int(k): v for k, v in doc.get("solo_rate", {}).items()}
+        self.co_state.solo_rate_n = {int(k): v for k, v in doc.get("solo_rate_n", {}).items()}
         for d in doc.get("paused", []):
             rec = PauseRecord.from_dict(d)
             ok = self.freezer.resume(rec)
@@ -220,6 +225,8 @@ class Agent:
             "gpu_energy_total": self.gpu_energy_total,
             "cpu_energy_total": self.cpu_energy_total,
             "solo_util": {str(k): v for k, v in self.co_state.solo_util.items()},
+            "solo_rate": {str(k): v for k, v in self.co_state.solo_rate.items()},
+            "solo_rate_n": {str(k): v for k, v in self.co_state.solo_rate_n.items()},
             "paused": [r.to_dict() for r in self.paused.values()],
         }
         try:
@@ -433,6 +440,7 @@ class Agent:
         by_gpu: dict[str, list[JobGpuUse]] = {}
         for u in uses:
             by_gpu.setdefault(u.gpu.uuid, []).append(u)
+        rates = self._progress_rates(uses, jobs)
         views = []
         for group in by_gpu.values():
             g = group[0].gpu
@@ -443,7 +451,10 @@ class Agent:
                 co.GpuView(
                     g.uuid,
                     tuple(
-                        co.JobOnGpu(u.job_id, self.accounts[u.job_id].klass, u.util) for u in group
+                        co.JobOnGpu(
+                            u.job_id, self.accounts[u.job_id].klass, u.util, rates.get(u.job_id)
+                        )
+                        for u in group
                     ),
                     frac,
                     g.power_w,
@@ -454,6 +465,21 @@ class Agent:
         for a in actions:
             self._enforce(a, jobs)
         return actions
+
+    def _progress_rates(
+        self, uses: list[JobGpuUse], jobs: dict[int, JobProcesses]
+    ) -> dict[int, float | None]:
+        """Progress rates of the guaranteed jobs on GPUs (only theirs are ever judged)."""
+        if not self.config.colocation.progress:
+            return {}
+        now = self.wall()
+        rates: dict[int, float | None] = {}
+        for u in uses:
+            job = u.job_id
+            if job in rates or job not in jobs or self.accounts[job].klass != co.GUARANTEED:
+                continue
+            rates[job] = self.progress.rate(job, jobs[job].cpu_by_proc, now)
+        return rates
 
     def _enforce(self, action: co.Action, jobs: dict[int, JobProcesses]) -> None:
         self._count_action(action.kind, action.code)
@@ -493,6 +519,7 @@ class Agent:
                 self.freezer.resume(rec)
         if ended:
             co.forget(self.co_state, set(self.accounts))
+            self.progress.forget(self.accounts)
         return finals
 
     def _report(self, now: float, finals: list[JobReport]) -> None:

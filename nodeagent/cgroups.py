@@ -287,24 +287,45 @@ def _add(
     jp.rss_bytes += st.rss_bytes
 
 
+def job_env_process(
+    pids: Iterable[int], proc_root: str = "/proc", key: str = "SLURM_JOB_ID"
+) -> tuple[int, dict[str, str]] | None:
+    """(pid, environment) of the earliest-started of `pids` whose exec-time environment
+    has `key`, or None."""
+    best: tuple[tuple[int, int], dict[str, str]] | None = None
+    for pid in pids:
+        st = read_proc_stat(pid, proc_root)
+        env_raw = _read(f"{proc_root}/{pid}/environ")
+        if st is None or not env_raw or (key.encode() + b"=") not in env_raw:
+            continue
+        env = parse_environ(env_raw)
+        if key not in env:
+            continue
+        if best is None or (st.start_ticks, pid) < best[0]:
+            best = ((st.start_ticks, pid), env)
+    return (best[0][1], best[1]) if best else None
+
+
 def job_slurm_env(pids: Iterable[int], proc_root: str = "/proc") -> dict[str, str]:
     """SLURM_* variables of the job's earliest-started process that has them.
 
     slurmstepd sets SLURM_JOB_QOS / SLURM_JOB_PARTITION when it execs the task; a user can
     start children with a changed environment but cannot change the exec-time environment
     of the first task, so the earliest process is the one trusted."""
-    best: tuple[tuple[int, int], dict[str, str]] | None = None
-    for pid in pids:
-        st = read_proc_stat(pid, proc_root)
-        env_raw = _read(f"{proc_root}/{pid}/environ")
-        if st is None or not env_raw:
-            continue
-        env = parse_environ(env_raw)
-        if "SLURM_JOB_ID" not in env:
-            continue
-        if best is None or (st.start_ticks, pid) < best[0]:
-            best = ((st.start_ticks, pid), {k: v for k, v in env.items() if k.startswith("SLURM_")})
-    return best[1] if best else {}
+    found = job_env_process(pids, proc_root)
+    return {k: v for k, v in found[1].items() if k.startswith("SLURM_")} if found else {}
+
+
+def proc_uid(pid: int, proc_root: str = "/proc") -> int | None:
+    """The real UID of a process, from /proc/PID/status."""
+    raw = _read(f"{proc_root}/{pid}/status")
+    for line in (raw or b"").splitlines():
+        if line.startswith(b"Uid:"):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def cpuset_size(spec: str) -> int:

@@ -1,8 +1,9 @@
 """Co-location decisions (AntMan-style protection, optional EaCO admission). Pure: no I/O.
 
 Jobs sharing a GPU are guaranteed or opportunistic. The agent learns each guaranteed
-job's solo utilisation while no opportunistic job runs beside it; when the guaranteed
-job falls below `slow_fraction` of that level with an opportunistic job active, or the
+job's solo utilisation, and its solo progress rate where the job reports one, while no
+opportunistic job runs beside it; when the guaranteed job's utilisation or progress rate
+falls below `slow_fraction` of its solo level with an opportunistic job active, or the
 GPU's memory nears full, the opportunistic jobs on that GPU are paused. They resume when
 every guaranteed job on every GPU they share is idle or gone. Pausing needs a busy
 guaranteed job and resuming needs none, so the two never alternate.
@@ -48,6 +49,7 @@ class JobOnGpu:
     job_id: int
     klass: str
     util: float | None  # the job's share of the GPU, 0..1; None when not measurable
+    rate: float | None = None  # the job's own progress (count/s); None when not reported
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Policy:
     memory_high: float = 0.95  # GPU memory fraction that counts as nearly full
     idle_util: float = 0.05  # guaranteed job below this = idle: opportunistic may resume
     min_solo_util: float = 0.10  # solo levels below this are too small to judge slowdown
+    min_solo_rate_samples: int = 3  # solo progress samples needed before judging by rate
     solo_alpha: float = 0.3  # EMA weight of a new solo sample
     eaco: EacoModel | None = None  # energy-aware admission, off by default
 
@@ -85,7 +88,7 @@ class Action:
     job_id: int
     gpu: str
     reason: str
-    code: str = ""  # metric label: memory, slowdown, eaco, idle, gone
+    code: str = ""  # metric label: memory, slowdown, progress, eaco, idle, gone
 
 
 @dataclass
@@ -93,6 +96,8 @@ class CoState:
     """What the decision remembers between samples (kept in the agent's state file)."""
 
     solo_util: dict[int, float] = field(default_factory=dict)
+    solo_rate: dict[int, float] = field(default_factory=dict)  # progress count/s, EMA
+    solo_rate_n: dict[int, int] = field(default_factory=dict)  # solo rate samples seen
     solo_power: dict[int, float] = field(default_factory=dict)
     paused: set[int] = field(default_factory=set)
     admitted: set[int] = field(default_factory=set)  # EaCO verdicts already given
@@ -130,6 +135,7 @@ def decide(gpus: Iterable[GpuView], state: CoState, policy: Policy) -> list[Acti
     to_pause: dict[int, Action] = {}
     blocked: set[int] = set()  # opportunistic jobs that may not resume this pass
     present: set[int] = set()
+    _learn_solo_rates(gpus, state, policy)
     for g in gpus:
         guaranteed = [j for j in g.jobs if j.klass == GUARANTEED]
         opportunistic = [j for j in g.jobs if j.klass == OPPORTUNISTIC]
@@ -191,7 +197,39 @@ def _pressure(
                 f"job {j.job_id} at {j.util:.2f} utilisation, below "
                 f"{policy.slow_fraction:.2f} x solo {solo:.2f}"
             )
+    for j in busy:
+        solo_rate = state.solo_rate.get(j.job_id)
+        n = state.solo_rate_n.get(j.job_id, 0)
+        if j.rate is None or solo_rate is None or solo_rate <= 0:
+            continue
+        if n < policy.min_solo_rate_samples:
+            continue
+        if j.rate < policy.slow_fraction * solo_rate:
+            return "progress", (
+                f"job {j.job_id} progress at {j.rate:.4g}/s, below "
+                f"{policy.slow_fraction:.2f} x solo {solo_rate:.4g}/s"
+            )
     return "", ""
+
+
+def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> None:
+    """One EMA step per guaranteed job that reports progress and has no active
+    opportunistic job on any of its GPUs (its rate is the job's, not a GPU's)."""
+    shared: set[int] = set()
+    rates: dict[int, float] = {}
+    for g in gpus:
+        if any(j.klass == OPPORTUNISTIC and j.job_id not in state.paused for j in g.jobs):
+            shared.update(j.job_id for j in g.jobs)
+        for j in g.jobs:
+            if j.klass == GUARANTEED and j.rate is not None:
+                rates.setdefault(j.job_id, j.rate)
+    a = policy.solo_alpha
+    for job, rate in rates.items():
+        if job in shared:
+            continue
+        old = state.solo_rate.get(job)
+        state.solo_rate[job] = rate if old is None else (1 - a) * old + a * rate
+        state.solo_rate_n[job] = state.solo_rate_n.get(job, 0) + 1
 
 
 def _eaco(
@@ -225,7 +263,7 @@ def _eaco(
 def forget(state: CoState, live_jobs: Mapping[int, object] | set[int]) -> None:
     """Drop memory of jobs that have left the node."""
     live = set(live_jobs)
-    for d in (state.solo_util, state.solo_power, state.refused):
+    for d in (state.solo_util, state.solo_rate, state.solo_rate_n, state.solo_power, state.refused):
         for job in [j for j in d if j not in live]:
             del d[job]
     state.admitted &= live

@@ -87,11 +87,19 @@ class ColocationConfig:
     memory_high: float = 0.95
     idle_util: float = 0.05
     min_solo_util: float = 0.10
+    # read a guaranteed job's SLURM_EXT_PROGRESS_FILE: progress below slow_fraction x its
+    # solo rate is a slowdown too, judged after min_solo_rate_samples solo samples
+    progress: bool = True
+    min_solo_rate_samples: int = 3
     eaco: EacoConfig = field(default_factory=EacoConfig)
 
     def __post_init__(self) -> None:
         for name in ("slow_fraction", "memory_high", "idle_util", "min_solo_util"):
             _fraction(name, getattr(self, name))
+        if self.min_solo_rate_samples < 1:
+            raise ValueError(
+                f"min_solo_rate_samples must be >= 1, got {self.min_solo_rate_samples}"
+            )
 
 
 @dataclass

@@ -199,6 +199,55 @@ def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
         service.close()
 
 
+def test_progress_drop_pauses_the_opportunistic_job_until_the_guaranteed_one_ends(tmp_path, cg):
+    """Utilisation never drops here: only the guaranteed job's progress file shows it slowed."""
+    clock = Clock()  # also the agent's wall clock: progress lines are stamped with it
+    sim = SimulatedGpuReader(1, clock=clock)
+    prog = tmp_path / "progress"
+    prog.write_text("")
+    g_pid = cg.start(801, env={"SLURM_JOB_QOS": "normal", "SLURM_EXT_PROGRESS_FILE": str(prog)})
+    o_pid = cg.start(802, BUSY, env={"SLURM_JOB_QOS": "scavenger"})
+    sim.assign(g_pid, 0, GIB, 0.8)
+    agent = make_agent(tmp_path, clock, sim)
+    count = 0
+
+    def run_for(seconds: int, per_s: int) -> list:
+        nonlocal count
+        with prog.open("a") as f:  # a line a second, as the job would write them
+            for _ in range(seconds):
+                clock.t += 1
+                count += per_s
+                f.write(f"{clock.t:.3f} {count}\n")
+        return [(a.kind, a.job_id, a.code) for a in agent.step()]
+
+    assert run_for(5, 100) == []
+    for _ in range(3):  # alone: three solo samples of 100/s
+        assert run_for(5, 100) == []
+    assert agent.co_state.solo_rate[801] == pytest.approx(100.0)
+    assert agent.co_state.solo_rate_n[801] == 4
+    sim.assign(o_pid, 0, GIB, 0.3)  # the opportunistic job joins; GPU util of 801 stays 0.8
+    assert run_for(5, 100) == []
+    assert 802 not in agent.paused
+    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert run_for(5, 40) == [("pause", 802, "progress")]  # 40/s < 0.7 x 100/s
+    cpu_used_during([o_pid], 0.1)
+    assert cpu_used_during([o_pid], 0.4) < 0.02  # really stopped
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert saved["solo_rate"] == {"801": pytest.approx(100.0)}
+    assert saved["solo_rate_n"] == {"801": 4}
+    text = generate_latest(make_registry(agent)).decode()
+    assert 'slurm_ext_colocation_actions_total{action="pause",reason="progress"} 1.0' in text
+
+    assert run_for(5, 100) == []  # back at speed, still busy: stays paused
+    assert 802 in agent.paused
+    proc = next(p for p in cg.procs if p.pid == g_pid)
+    proc.kill()  # the guaranteed job ends
+    proc.wait()
+    assert run_for(1, 0) == [("resume", 802, "idle")]
+    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert 801 not in agent.co_state.solo_rate and 801 not in agent.progress.jobs
+
+
 def test_gpu_lost_and_missing_energy_counter_do_not_stop_the_agent(tmp_path):
     clock = Clock()
     sim = SimulatedGpuReader(2, clock=clock)

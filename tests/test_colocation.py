@@ -135,3 +135,74 @@ def test_eaco_mode_keeps_refused_newcomer_paused_while_guaranteed_busy():
     decide([view((1, G, 0.6), power=300.0)], st2, admit)
     assert decide([view((1, G, 0.6), (2, O, 0.2))], st2, admit) == []
     assert st2.admitted == {2}
+
+
+def rview(*jobs, mem=0.5, gpu="g0"):
+    """Jobs as (id, class, util, progress rate)."""
+    return GpuView(gpu, tuple(JobOnGpu(j, k, u, r) for j, k, u, r in jobs), mem, 300.0)
+
+
+def test_progress_slowdown_pauses_while_utilisation_looks_fine():
+    st, pol = CoState(), Policy(slow_fraction=0.7, solo_alpha=0.5, min_solo_rate_samples=3)
+    for rate in (100.0, 100.0, 80.0):  # solo: EMA 100, 100, 0.5*100+0.5*80 = 90
+        assert decide([rview((1, G, 0.8, rate))], st, pol) == []
+    assert st.solo_rate[1] == pytest.approx(90.0) and st.solo_rate_n[1] == 3
+    assert st.solo_util[1] == pytest.approx(0.8)
+    # opportunistic job 2 arrives; utilisation stays at its solo 0.8 throughout
+    assert decide([rview((1, G, 0.8, 64.0), (2, O, 0.3, None))], st, pol) == []  # 64 >= 63
+    assert st.solo_rate[1] == pytest.approx(90.0)  # not learnt while co-located
+    acts = decide([rview((1, G, 0.8, 62.0), (2, O, 0.3, None))], st, pol)  # 62 < 0.7 x 90
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "progress")]
+    assert "progress at 62/s" in acts[0].reason and "solo 90/s" in acts[0].reason
+    # paused: 1 is alone again and relearns its rate; 2 stays paused while 1 is busy
+    assert decide([rview((1, G, 0.8, 100.0), (2, O, 0.0, None))], st, pol) == []
+    assert st.solo_rate[1] == pytest.approx(95.0) and st.solo_rate_n[1] == 4
+    # 1 idles: 2 resumes
+    acts = decide([rview((1, G, 0.0, 0.0), (2, O, 0.0, None))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("resume", 2, "idle")]
+
+
+def test_utilisation_slowdown_still_wins_and_either_signal_suffices():
+    st, pol = CoState(), Policy(slow_fraction=0.7, min_solo_rate_samples=1)
+    decide([rview((1, G, 0.8, 100.0))], st, pol)
+    acts = decide([rview((1, G, 0.4, 100.0), (2, O, 0.3, None))], st, pol)  # util 0.4 < 0.56
+    assert [(a.job_id, a.code) for a in acts] == [(2, "slowdown")]
+
+
+def test_no_solo_rate_yet_means_no_progress_verdict():
+    pol = Policy(slow_fraction=0.7, min_solo_rate_samples=3)
+    st = CoState()
+    for _ in range(2):  # two solo samples: one short of the three needed
+        decide([rview((1, G, 0.8, 100.0))], st, pol)
+    assert decide([rview((1, G, 0.8, 5.0), (2, O, 0.3, None))], st, pol) == []
+    # co-located from the start: never a solo rate, never a progress verdict
+    st2 = CoState()
+    for _ in range(5):
+        assert decide([rview((1, G, 0.8, 1.0), (2, O, 0.3, None))], st2, pol) == []
+    assert 1 not in st2.solo_rate
+    # a job that made no progress alone (solo rate 0) is never judged by rate
+    st3 = CoState()
+    for _ in range(3):
+        decide([rview((1, G, 0.8, 0.0))], st3, pol)
+    assert decide([rview((1, G, 0.8, 0.0), (2, O, 0.3, None))], st3, pol) == []
+    # an idle guaranteed job is not "slowed" by its rate either (no flapping)
+    for _ in range(3):
+        decide([rview((1, G, 0.8, 100.0))], st, pol)
+    assert decide([rview((1, G, 0.01, 1.0), (2, O, 0.3, None))], st, pol) == []
+
+
+def test_solo_rate_learnt_once_per_pass_and_not_beside_an_opportunistic_job_elsewhere():
+    st, pol = CoState(), Policy(solo_alpha=0.5)
+    # job 1 on two GPUs, nothing else: one EMA step per pass, not one per GPU
+    decide([rview((1, G, 0.8, 100.0), gpu="g0"), rview((1, G, 0.8, 100.0), gpu="g1")], st, pol)
+    decide([rview((1, G, 0.8, 50.0), gpu="g0"), rview((1, G, 0.8, 50.0), gpu="g1")], st, pol)
+    assert st.solo_rate[1] == pytest.approx(75.0) and st.solo_rate_n[1] == 2
+    # an active opportunistic job on g1 only: the job's rate is not solo any more
+    decide(
+        [rview((1, G, 0.8, 10.0), gpu="g0"), rview((1, G, 0.8, 10.0), (2, O, 0.2, None), gpu="g1")],
+        st,
+        pol,
+    )
+    assert st.solo_rate[1] == pytest.approx(75.0) and st.solo_rate_n[1] == 2
+    forget(st, set())
+    assert st.solo_rate == {} and st.solo_rate_n == {}
