@@ -148,6 +148,7 @@ class ProgressReader:
         if src.proc is not None and src.proc not in procs:  # exited: look again
             src.path = src.uid = src.proc = None
         if src.path is None:
+            src.checked.intersection_update(procs)  # forget exited processes
             new = [p for p in procs if p not in src.checked]
             if not new:
                 return None
