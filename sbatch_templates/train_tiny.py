@@ -5,6 +5,8 @@ is visible and on the CPU otherwise, as one process or under torchrun (DDP: gloo
 CPU, nccl on GPUs). With --checkpoint-dir it saves a checkpoint after every epoch and
 resumes from the newest one; with --requeue-on-usr1 a SIGUSR1 (sbatch --signal=B:USR1@N,
 forwarded by the template) makes it checkpoint, run `scontrol requeue $SLURM_JOB_ID` and exit.
+With SLURM_EXT_PROGRESS_FILE set, local rank 0 appends "<unix time> <steps done>" to that
+file about once a second; the node agent reads it to protect a guaranteed job's speed.
 
 The last line it prints is `SLURM_EXT_TRAIN_DONE {json}` (rank 0), which the tests read.
 """
@@ -38,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", type=Path, default=None)
     p.add_argument("--requeue-on-usr1", action="store_true")
     p.add_argument("--gpu-mem-fraction", type=float, default=1.0, help="cap on this GPU's memory")
+    p.add_argument(
+        "--progress-interval", type=float, default=1.0, help="seconds between progress lines"
+    )
     return p.parse_args(argv)
 
 
@@ -49,6 +54,43 @@ class Usr1Flag:
 
     def __call__(self, signum: int, frame: object) -> None:
         self.raised = True
+
+
+class ProgressLog:
+    """Appends "<unix time> <steps done>" lines to $SLURM_EXT_PROGRESS_FILE, at most one per
+    `interval` seconds. A file that cannot be written turns it off (with one message):
+    progress reporting must never stop the training."""
+
+    def __init__(self, path: str | None, interval: float) -> None:
+        self.interval = interval
+        self.last = -1e18
+        self.file = None
+        if path:
+            try:
+                self.file = open(path, "a", encoding="utf-8")  # closed in close()
+            except OSError as exc:
+                print(f"progress file {path}: {exc}; not reporting progress", flush=True)
+
+    def step(self, done: int, force: bool = False) -> None:
+        now = time.time()
+        if self.file is None or (not force and now - self.last < self.interval):
+            return
+        try:
+            self.file.write(f"{now:.3f} {done}\n")
+            self.file.flush()
+        except OSError as exc:
+            print(f"progress file: {exc}; not reporting progress", flush=True)
+            self.close()
+            return
+        self.last = now
+
+    def close(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            self.file = None
 
 
 def latest_checkpoint(ckpt_dir: Path | None) -> Path | None:
@@ -114,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = nn.MSELoss()
     first_loss = last_loss = None
     epoch = start_epoch - 1
+    progress = ProgressLog(
+        os.environ.get("SLURM_EXT_PROGRESS_FILE") if local_rank == 0 else None,
+        args.progress_interval,
+    )
+    done = start_epoch * args.steps_per_epoch
+    progress.step(done, force=True)
     for epoch in range(start_epoch, args.epochs):
         for _ in range(args.steps_per_epoch):
             x = torch.randn(args.batch_size, IN_FEATURES, generator=gen)
@@ -126,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             last_loss = loss.item()
             if first_loss is None:
                 first_loss = last_loss
+            done += 1
+            progress.step(done)
         if args.epoch_seconds > 0:
             time.sleep(args.epoch_seconds)
         log(f"epoch {epoch} loss {last_loss:.5f}")
@@ -133,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             path = save_checkpoint(args.checkpoint_dir, epoch, _unwrap(model), opt)
             log(f"checkpoint {path}")
         if usr1.raised:
+            progress.step(done, force=True)
+            progress.close()
             return _requeue(args, epoch, _unwrap(model), opt, log)
+    progress.step(done, force=True)
+    progress.close()
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

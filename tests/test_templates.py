@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from nodeagent.progress import parse_tail, progress_rate
 from slurm_ext.cli import main
 from slurm_ext.templates import (
     TemplateError,
@@ -48,6 +52,43 @@ def test_every_template_renders_with_defaults_to_a_clean_script(name: str) -> No
     assert text.startswith("#!/bin/bash\n")
     # the built-in templates_dir makes the default trainer an absolute, existing path
     assert str(templates_dir().resolve() / "train_tiny.py") in text
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_template_exports_a_per_job_progress_file(name: str) -> None:
+    text = render(load_template(name))
+    want = 'export SLURM_EXT_PROGRESS_FILE="${TMPDIR:-/tmp}/slurm-ext-progress-$SLURM_JOB_ID"'
+    assert want in text.splitlines()
+    other = render(load_template(name), {"progress_file": "/dev/shm/p-$SLURM_JOB_ID"})
+    assert 'export SLURM_EXT_PROGRESS_FILE="/dev/shm/p-$SLURM_JOB_ID"' in other
+
+
+def test_train_tiny_writes_progress_lines_the_agent_reads(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    prog = tmp_path / "progress"
+    env = dict(os.environ, SLURM_EXT_PROGRESS_FILE=str(prog))
+    args = ["--epochs", "3", "--steps-per-epoch", "20", "--epoch-seconds", "0.5"]
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(templates_dir() / "train_tiny.py"),
+            *args,
+            "--progress-interval",
+            "0.4",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    points = parse_tail(prog.read_bytes(), from_start=True)
+    assert points is not None and len(points) >= 4, prog.read_text()
+    assert points[0][1] == 0 and points[-1][1] == 60  # first and last line: 0 and all steps
+    assert all(b[0] - a[0] >= 0.4 for a, b in zip(points[1:-2], points[2:-1], strict=False))
+    rate = progress_rate(points, now=points[-1][0])
+    assert rate is not None and rate > 0
 
 
 def test_hints_travel_in_comment_and_environment() -> None:

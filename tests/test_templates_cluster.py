@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
+from nodeagent.progress import parse_tail
 from slurm_ext.predict.hook import render_hook
 from slurm_ext.templates import load_template, render, template_names
 from slurm_ext.testing.cluster import LocalCluster
@@ -178,7 +179,12 @@ def test_every_template_passes_sbatch_test_only(
 
 @needs_torch
 def test_single_gpu_template_trains_to_completion(cluster: LocalCluster, tmp_path: Path) -> None:
-    script = write_job(tmp_path, "single-gpu", args="--epochs 3 --steps-per-epoch 20")
+    script = write_job(
+        tmp_path,
+        "single-gpu",
+        args="--epochs 3 --steps-per-epoch 20",
+        progress_file=f"{tmp_path}/progress-$SLURM_JOB_ID",
+    )
     job = submit(cluster, script)
     assert job_field(cluster, job, "Comment") == "model=mlp-tiny"
     state = wait_done(cluster, job)
@@ -194,6 +200,9 @@ def test_single_gpu_template_trains_to_completion(cluster: LocalCluster, tmp_pat
         "epoch-0002.pt",
     ]
     assert "gpus=1" in output.read_text()  # Slurm granted the GPU the script asked for
+    # the progress lines the node agent reads: from 0 to all 60 steps
+    points = parse_tail((tmp_path / f"progress-{job}").read_bytes(), from_start=True)
+    assert points is not None and points[0][1] == 0 and points[-1][1] == 60
 
 
 @needs_torch
@@ -219,7 +228,12 @@ def test_ddp_template_trains_on_two_nodes_with_gloo(cluster: LocalCluster, tmp_p
 
 
 def _requeue_job(cluster: LocalCluster, tmp_path: Path) -> tuple[int, Path]:
-    script = write_job(tmp_path, "requeue", args="--epochs 4 --steps-per-epoch 5 --epoch-seconds 1")
+    script = write_job(
+        tmp_path,
+        "requeue",
+        args="--epochs 4 --steps-per-epoch 5 --epoch-seconds 1",
+        progress_file=f"{tmp_path}/progress-$SLURM_JOB_ID",
+    )
     job = submit(cluster, script)
     ckpt = tmp_path / "checkpoints" / str(job)
     wait_for(
@@ -246,6 +260,14 @@ def test_requeue_template_survives_scontrol_requeue(cluster: LocalCluster, tmp_p
     assert summary["start_epoch"] == summary["resumed_from"] + 1 and summary["last_epoch"] == 3
     # one log across both runs (--open-mode=append): the first run's epochs are still there
     assert "restart=0" in text and "restart=1" in text and "epoch 0 loss" in text
+    # both runs appended to one progress file, the second counting on from its checkpoint
+    # (steps done after it in the first run are counted again: the agent then keeps only
+    # the points after the step back)
+    raw = (tmp_path / f"progress-{job}").read_bytes()
+    counts = [int(line.split()[1]) for line in raw.decode().splitlines()]
+    assert counts[0] == 0 and (summary["resumed_from"] + 1) * 5 in counts[1:]
+    points = parse_tail(raw, from_start=True)
+    assert points is not None and points[-1][1] == 20
 
 
 @needs_torch
