@@ -5,7 +5,8 @@
 #
 #   PY=.venv/bin/python scripts/validate-gpu.sh OUTDIR
 #
-# Phases: (1) one load as job 4242 (environ mapping): `slurm-ext-agent show` twice;
+# Phases: (1) one load as job 4242 (environ mapping; it reports progress through
+# SLURM_EXT_PROGRESS_FILE): `slurm-ext-agent show`;
 # (2) co-location: the agent runs with a guaranteed job 4242, then an opportunistic job
 # 4343 starts in a cgroup named like Slurm's -> the agent should pause it (cgroup.freeze)
 # when job 4242 slows, and resume it when 4242 ends; (3) memory rule only (slow_fraction 0):
@@ -67,7 +68,7 @@ STARTED+=($!)
 # (1) one load, environ mapping
 config "$WORK/show.toml" "" 0.7 9817
 mark "phase1 start job 4242"
-SLURM_JOB_ID=4242 $LOAD --progress "$OUTDIR/progress-4242.log" --seconds 170 &
+SLURM_JOB_ID=4242 SLURM_EXT_PROGRESS_FILE="$OUTDIR/progress-4242.log" $LOAD --progress "$OUTDIR/progress-4242.log" --seconds 170 &
 G=$!
 STARTED+=($G)
 sleep 20
@@ -94,6 +95,7 @@ STARTED+=($O)
 sleep 25
 mark "phase2 scrape"
 scrape 9818 >"$OUTDIR/metrics-coloc.txt"
+cp "$WORK/state-coloc.json" "$OUTDIR/state-coloc.json"  # solo utilisation and progress rate learnt
 mark "phase2 show"
 agent show --config "$WORK/show.toml" --backend nvml --json --wait 5 >"$OUTDIR/show-two.json"
 cat "$CG"/step_0/user/cgroup.{freeze,events} >"$OUTDIR/cgroup-4343-while-paused.txt" 2>&1  # the agent freezes step_*/user
