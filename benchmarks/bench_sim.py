@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_sim.py                 # quick: 3,000-job traces
     .venv/bin/python benchmarks/bench_sim.py --full          # the figures in docs/benchmarks.md
     .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown
+    .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown --gittins-classes gpus
     .venv/bin/python benchmarks/bench_sim.py --speed-only --full
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --loads 0.9,1.0,1.05
 
@@ -126,8 +127,14 @@ def main() -> None:
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
     ap.add_argument("--loads", default="1.05", help="offered loads for the speed runs")
     ap.add_argument("--sizes", default=None, help="job counts for the speed runs")
+    ap.add_argument(
+        "--gittins-classes",
+        choices=("pooled", "gpus"),
+        default=PolicyConfig().gittins_classes,
+        help="PolicyConfig.gittins_classes (default: the default config's)",
+    )
     args = ap.parse_args()
-    base = PolicyConfig()
+    base = PolicyConfig(gittins_classes=args.gittins_classes)
     show = lambda rows: print(table(rows, markdown=args.markdown, columns=BENCH_COLUMNS) + "\n")  # noqa: E731
     if not args.speed_only:
         traces: list[tuple[str, list[dict]]] = []

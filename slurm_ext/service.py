@@ -368,7 +368,7 @@ class Service:
             completions,
         )
         self._records = {j: r for j, r in records.items() if not r.done}
-        history = self.store.history_gpu_s(self.config.policy.history_window)
+        history = self.store.history(self.config.policy.history_window)
         active = [j for j in jobs if j.state.active and self.managed(j)]
         views = [job_view(j, records[j.job_id], now) for j in active]
         decisions = rank(views, now, self.config.policy, history or None)

@@ -223,6 +223,15 @@ class Store:
         ).fetchall()
         return [r[0] for r in rows]
 
+    def history(self, window: int) -> list[tuple[int | None, float]]:
+        """(GPUs, GPU-seconds) of the most recent `window` completed jobs, for per-GPU-class
+        Gittins tables. Both writers store gpu_s = GPUs x run_s (the service sums its
+        stints, sacct multiplies), so the GPU count is their ratio; None where run_s is 0."""
+        rows = self.db.execute(
+            "SELECT gpu_s, run_s FROM completions ORDER BY end_time DESC LIMIT ?", (int(window),)
+        ).fetchall()
+        return [(round(g / r) if r > 0 else None, g) for g, r in rows]
+
     def add_completions(self, rows: Iterable[tuple[int, float, float, float]], source: str) -> int:
         with self.db:
             cur = self.db.executemany(

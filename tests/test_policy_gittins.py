@@ -50,3 +50,41 @@ def test_table_is_a_step_function_on_its_grid():
 def test_empty_history_table():
     t = GittinsTable.from_samples([])
     assert t.samples == 0 and t.index(123.0) == 0.0
+
+
+# ---- per-GPU-class tables (gittins_classes = "gpus") -------------------------------------
+# 1-GPU jobs finished at 30 and 30 GPU-s, 2-GPU jobs at 10 and 200. For fresh jobs (a=0):
+#   pooled [10, 30, 30, 200]: D=10: (1/4)/10 = 0.025; D=30: (3/4)/25 = 0.03;
+#                             D=200: 1/67.5 -> index 0.03 for both
+#   1-GPU class [30, 30]:     D=30: 1/30 -> 0.0333
+#   2-GPU class [10, 200]:    D=10: (1/2)/10 = 0.05; D=200: 1/105 -> 0.05
+CLASS_HISTORY = [(1, 30.0), (2, 10.0), (1, 30.0), (2, 200.0)]
+
+
+def test_gpu_classes_are_powers_of_two():
+    from slurm_ext.policy.gittins import class_label, gpu_class
+
+    assert [gpu_class(g) for g in (1, 2, 3, 4, 5, 8, 9, 16, 17)] == [0, 1, 2, 2, 3, 3, 4, 4, 5]
+    assert [class_label(c) for c in (0, 1, 2, 4)] == ["1 GPU", "2 GPUs", "3-4 GPUs", "9-16 GPUs"]
+
+
+def test_per_class_tables_by_hand():
+    t = GittinsTable.from_history(CLASS_HISTORY, start=100.0, min_class_samples=2)
+    assert t.samples == 4 and t.index(0.0) == pytest.approx(0.03)
+    assert t.for_gpus(1).samples == 2 and t.for_gpus(1).index(0.0) == pytest.approx(1 / 30)
+    assert t.for_gpus(2).index(0.0) == pytest.approx(0.05)
+    # no 3-4 GPU history: that class reads the pooled table
+    assert t.for_gpus(4) is t
+    # a pooled table answers for every GPU count
+    pooled = GittinsTable.from_samples([s for _, s in CLASS_HISTORY], start=100.0)
+    assert pooled.for_gpus(2) is pooled and pooled.values == t.values
+
+
+def test_class_with_too_few_samples_falls_back_to_pooled():
+    hist = [*CLASS_HISTORY, (1, 30.0)]  # 3 one-GPU samples, 2 two-GPU ones
+    t = GittinsTable.from_history(hist, start=100.0, min_class_samples=3)
+    assert t.for_gpus(1) is not t and t.for_gpus(1).samples == 3
+    assert t.for_gpus(2) is t  # 2 < 3 samples
+    # samples without a GPU count only count in the pooled table
+    t = GittinsTable.from_history([(None, 5.0), *CLASS_HISTORY], start=100.0, min_class_samples=2)
+    assert t.samples == 5 and t.for_gpus(1).samples == 2 and t.for_gpus(2).samples == 2

@@ -171,3 +171,35 @@ def test_promoted_job_gets_a_fresh_queue_zero_quantum():
     assert ids(d) == [1, 2] and "attained 50 GPU-s since promotion < 100" in d[0].reason
     # the quantum is used up once service since promotion passes the first threshold
     assert ids(rank([replace(lifted, promoted_at_gpu_s=4850), fresh], 20, cfg)) == [2, 1]
+
+
+def test_gittins_per_gpu_class_orders_differently_from_pooled():
+    # tables worked by hand in test_policy_gittins (CLASS_HISTORY): fresh jobs have pooled
+    # index 0.03 whatever their size, but 1/30 with one GPU and 0.05 with two
+    history = [(1, 30.0), (2, 10.0), (1, 30.0), (2, 200.0)]
+    pooled = PolicyConfig(
+        policy="gittins",
+        queue_thresholds_gpu_s=[1e6],
+        min_run_s=0,
+        gittins_grid_start_gpu_s=100.0,
+        gittins_class_min_samples=2,
+    )
+    a = JobView(job_id=1, gpus=1, submit_time=0, attained_gpu_s=0)
+    b = JobView(job_id=2, gpus=2, submit_time=5, attained_gpu_s=0)
+    d = rank([a, b], 10, pooled, history)
+    assert ids(d) == [1, 2]  # tie on the index: submit order
+    assert [x.index for x in d] == pytest.approx([0.03, 0.03])
+    assert "(4 completed jobs)" in d[0].reason
+    by_gpus = replace(pooled, gittins_classes="gpus")
+    d = rank([a, b], 10, by_gpus, history)
+    assert ids(d) == [2, 1]
+    assert [x.index for x in d] == pytest.approx([0.05, 1 / 30])
+    assert "(2 completed jobs with 2 GPUs)" in d[0].reason
+    # too few samples per class: both read the pooled table again
+    d = rank([a, b], 10, replace(by_gpus, gittins_class_min_samples=3), history)
+    assert ids(d) == [1, 2] and "(4 completed jobs)" in d[1].reason
+    # plain GPU-seconds (no GPU counts) mean one pooled table
+    d = rank([a, b], 10, by_gpus, [s for _, s in history])
+    assert ids(d) == [1, 2]
+    with pytest.raises(ConfigError, match="gittins_classes"):
+        from_dict(PolicyConfig, {"gittins_classes": "users"}, None)

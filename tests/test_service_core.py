@@ -345,3 +345,46 @@ def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
     assert seen["failures"] >= 2 and svc.failures == 0
     assert "no such table: decisions" in caplog.text and "recovered after" in caplog.text
     assert set(store.decisions()) == {1, 2}
+
+
+def test_service_ranks_by_gpu_class_tables_from_its_store_as_the_simulator(tmp_path):
+    """The store keeps gpu_s and run_s of each completion, so it knows the GPU count: with
+    gittins_classes = "gpus" the service builds the simulator's per-class tables."""
+    from dataclasses import replace
+
+    from slurm_ext.policy import PolicyConfig, build_table
+    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.sim.engine import SimConfig, Simulator
+    from slurm_ext.testing.replay import ReplayClient
+
+    # (gpus, gpu_s) as completed, oldest first; hand-computed in test_policy_gittins
+    done = [(1, 30.0), (2, 10.0), (1, 30.0), (2, 200.0)]
+    policy = PolicyConfig(
+        queue_thresholds_gpu_s=[1e6],
+        min_run_s=0,
+        gittins_grid_start_gpu_s=100.0,
+        gittins_classes="gpus",
+        gittins_class_min_samples=2,
+    )
+    store = Store(tmp_path / "s.db")
+    store.save_jobs([], [(i, s, s / g, 1000.0 + i) for i, (g, s) in enumerate(done)])
+    store.add_completions([(9, 0.0, 0.0, 900.0)], "sacct")  # no run time: class unknown
+    assert store.history(10) == [(2, 200.0), (1, 30.0), (2, 10.0), (1, 30.0), (None, 0.0)]
+    sim = Simulator([], policy, SimConfig(history=list(done)))
+    table = build_table(store.history(10), policy)
+    assert (table.grid, table.values) == (sim.table.grid, sim.table.values)
+    assert {c: (t.grid, t.values) for c, t in table.classes.items()} == {
+        c: (t.grid, t.values) for c, t in sim.table.classes.items()
+    }
+    jobs = [_job(1, "PENDING", gpus=1), _job(2, "PENDING", gpus=2)]  # tie: job 1 first
+    nodes = [Node("g1", state="IDLE", cpus=64, gpus=8)]
+    for classes, order in (("gpus", [2, 1]), ("pooled", [1, 2])):
+        cfg = ServiceConfig(
+            store=str(tmp_path / "s.db"),
+            port=0,
+            history_source="store",
+            policy=replace(policy, gittins_classes=classes),
+        )
+        res = Service(cfg, ReplayClient(jobs, nodes), store).run_pass(2000.0)
+        assert [d.job_id for d in res.decisions] == order
+    store.close()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.policy import PolicyConfig, rank
+from slurm_ext.policy import PolicyConfig, build_table, rank
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.metrics import percentile, summarize
 from slurm_ext.sim.synth import synth_jobs
@@ -66,9 +66,11 @@ def test_placement_modes_and_spread_slowdown(mode, model, expected):
     assert finish_times(jobs)[4] == pytest.approx(expected)
 
 
-def views_match_rank(policy, history=None, **cluster):
+def views_match_rank(policy, history=None, policy_kw=None, **cluster):
     trace = synth_jobs(150, 16, load=1.3, seed=11)
-    cfg = PolicyConfig(policy=policy, queue_thresholds_gpu_s=[1800.0, 20000.0], min_run_s=120)
+    cfg = PolicyConfig(
+        policy=policy, queue_thresholds_gpu_s=[1800.0, 20000.0], min_run_s=120, **policy_kw or {}
+    )
     checked = []
 
     def check(sim, now):
@@ -76,6 +78,10 @@ def views_match_rank(policy, history=None, **cluster):
             got = sim.order()
             want = [d.job_id for d in rank(sim.views(now), now, sim.cfg, sim.table)]
             assert got == want, f"t={now}"
+            if cfg.gittins_classes == "gpus":  # the sim's table is what rank() would build
+                fresh = build_table(list(sim.history), cfg)
+                assert fresh.classes.keys() == sim.table.classes.keys()
+                assert len(fresh.classes) >= 3
         checked.append(now)
 
     cl = SimConfig(nodes=2, gpus_per_node=8, history=history or [], **cluster)
@@ -91,6 +97,13 @@ def test_incremental_order_equals_rank(policy):
 def test_incremental_order_equals_rank_with_history_and_spread():
     hist = [random.Random(1).lognormvariate(8, 2) for _ in range(300)]
     assert views_match_rank("gittins", history=hist, placement="spread") > 100
+
+
+def test_incremental_order_equals_rank_with_gpu_class_tables():
+    rng = random.Random(2)
+    hist = [(g, g * rng.lognormvariate(7, 2)) for g in rng.choices([1, 2, 4, 8], k=400)]
+    kw = {"gittins_classes": "gpus", "gittins_class_min_samples": 30}
+    assert views_match_rank("gittins", history=hist, policy_kw=kw) > 100
 
 
 @pytest.mark.parametrize("policy", ["gittins", "las", "fifo", "multifactor"])

@@ -26,6 +26,10 @@ class PolicyConfig:
     gittins_grid_start_gpu_s / gittins_grid_per_decade: the Gittins index is tabulated on
         a geometric grid of attained service and read as a step function, so a job's
         index only changes when it crosses a grid point (cheap to cache, stable order).
+    gittins_classes: "pooled" (one GPU-time distribution, as Tiresias) or "gpus" (one per
+        GPU-count class: 1, 2, 3-4, 5-8, 9-16, ...; a job reads its class's index, or the
+        pooled one while its class has fewer than gittins_class_min_samples completions
+        in the history window).
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
     """
@@ -39,6 +43,8 @@ class PolicyConfig:
     min_run_s: float = 600.0
     gittins_grid_start_gpu_s: float = 60.0
     gittins_grid_per_decade: int = 4
+    gittins_classes: str = choices("pooled", "gpus", default="pooled")
+    gittins_class_min_samples: int = 200
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
 
@@ -54,6 +60,8 @@ class PolicyConfig:
             raise ValueError("min_run_s must be >= 0")
         if self.gittins_grid_start_gpu_s <= 0 or self.gittins_grid_per_decade < 1:
             raise ValueError("gittins grid must start > 0 with >= 1 point per decade")
+        if self.gittins_class_min_samples < 1:
+            raise ValueError("gittins_class_min_samples must be >= 1")
 
     @property
     def oracle(self) -> bool:

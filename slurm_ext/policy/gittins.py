@@ -6,6 +6,10 @@ S is a job's total GPU-time, drawn from the completed jobs' history; a is the at
 service. For an empirical distribution the maximum is reached at a quantum D ending on a
 sample, so the exact index is a scan over the survivors. A job that has outlived every
 sample gets index 0 (nothing suggests it will finish soon).
+
+Optionally the distribution is conditioned on the job's GPU count (`gpu_class`: 1, 2,
+3-4, 5-8, 9-16, ...): each class with enough completed jobs gets its own table, the
+others read the pooled one.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def gittins_index(sorted_samples: Sequence[float], attained: float) -> float:
@@ -33,6 +37,17 @@ def gittins_index(sorted_samples: Sequence[float], attained: float) -> float:
         if expected > 0:
             best = max(best, finished / expected)
     return best
+
+
+def gpu_class(gpus: int) -> int:
+    """Class of a GPU count: 0 for 1 GPU, k for 2^(k-1) < gpus <= 2^k."""
+    return (gpus - 1).bit_length() if gpus > 1 else 0
+
+
+def class_label(cls: int) -> str:
+    hi = 1 << cls
+    lo = hi // 2 + 1
+    return f"{hi} GPU" + ("s" if hi > 1 else "") if lo >= hi else f"{lo}-{hi} GPUs"
 
 
 def default_grid(start: float, per_decade: int, top: float) -> list[float]:
@@ -57,6 +72,8 @@ class GittinsTable:
     grid: tuple[float, ...]
     values: tuple[float, ...]
     samples: int
+    # per GPU class (`gpu_class`) with enough samples: its own table; None: pooled only
+    classes: dict[int, GittinsTable] | None = field(default=None, compare=False)
 
     @classmethod
     def from_samples(
@@ -71,6 +88,35 @@ class GittinsTable:
             values=tuple(gittins_index(ordered, a) for a in grid),
             samples=len(ordered),
         )
+
+    @classmethod
+    def from_history(
+        cls,
+        history: Sequence[tuple[int | None, float]],
+        start: float = 60.0,
+        per_decade: int = 4,
+        min_class_samples: int = 200,
+    ) -> GittinsTable:
+        """Pooled table over (gpus, gpu_s) samples plus one per GPU class with at least
+        `min_class_samples` samples (gpus None: the sample counts in the pooled one only)."""
+        pooled = cls.from_samples([s for _, s in history], start, per_decade)
+        by: dict[int, list[float]] = {}
+        for g, s in history:
+            if g is not None and g > 0:
+                by.setdefault(gpu_class(g), []).append(s)
+        classes: dict[int, GittinsTable] = {}
+        for c, samples in by.items():
+            if len(samples) >= min_class_samples:
+                table = cls.from_samples(samples, start, per_decade)
+                if table.samples >= min_class_samples:
+                    classes[c] = table
+        return cls(pooled.grid, pooled.values, pooled.samples, classes)
+
+    def for_gpus(self, gpus: int) -> GittinsTable:
+        """The table a job with `gpus` GPUs reads: its class's, else the pooled one."""
+        if self.classes is None:
+            return self
+        return self.classes.get(gpu_class(gpus), self)
 
     def cell(self, attained: float) -> int:
         return bisect.bisect_right(self.grid, attained) - 1

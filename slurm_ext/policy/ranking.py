@@ -14,20 +14,26 @@ from collections.abc import Sequence
 
 from slurm_ext.model import Decision, JobView
 from slurm_ext.policy.config import PolicyConfig
-from slurm_ext.policy.gittins import GittinsTable
+from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
 
 Key = tuple[int, int, float, float, int]
-History = Sequence[float] | GittinsTable | None
+# completed jobs: GPU-seconds, or (GPUs, GPU-seconds) where the GPU count is known
+History = Sequence[float | tuple[int | None, float]] | GittinsTable | None
 
 
 def build_table(history: History, config: PolicyConfig) -> GittinsTable | None:
-    """A Gittins table from completed jobs' GPU-seconds (the last `history_window`)."""
+    """A Gittins table from completed jobs (the last `history_window`): GPU-seconds or
+    (GPUs, GPU-seconds); with `gittins_classes = "gpus"` also one per GPU class."""
     if history is None or isinstance(history, GittinsTable):
         return history
-    window = list(history)[-config.history_window :]
-    return GittinsTable.from_samples(
-        window, config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
-    )
+    window = [h if isinstance(h, tuple) else (None, h) for h in history]
+    window = window[-config.history_window :]
+    start, per_decade = config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
+    if config.gittins_classes == "gpus":
+        return GittinsTable.from_history(
+            window, start, per_decade, config.gittins_class_min_samples
+        )
+    return GittinsTable.from_samples([s for _, s in window], start, per_decade)
 
 
 def queue_of(attained_gpu_s: float, thresholds: Sequence[float]) -> int:
@@ -129,6 +135,8 @@ def key_and_change(
                 queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
+            if table.classes is not None:
+                table = table.for_gpus(gpus)
             index, change_at = table.step(attained_gpu_s)
             score = -index
             if running and gpus > 0:
@@ -215,7 +223,9 @@ def explain(
         parts.append(where)
         if p == "gittins":
             if table is not None and table.samples:
-                parts.append(f"gittins {-key[2]:.3g} ({table.samples} completed jobs)")
+                own = table.for_gpus(job.gpus)
+                of = f" with {class_label(gpu_class(job.gpus))}" if own is not table else ""
+                parts.append(f"gittins {-key[2]:.3g} ({own.samples} completed jobs{of})")
             else:
                 parts.append("no history yet: 2D-LAS order")
         if promoted(job, now, config):

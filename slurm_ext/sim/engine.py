@@ -58,7 +58,8 @@ class SimConfig:
         reload, warm-up); counted as GPU time held, not as progress.
     history_refresh: rebuild the Gittins table after this many completions at most
         (sooner while the history is small: every 25% growth).
-    history: GPU-seconds of jobs completed before the trace starts (e.g. a YARN sample).
+    history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds, or
+        (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`).
     backfill: when the best pending job can neither start nor preempt, let lower-ranked
         jobs that fit start anyway (first fit, no reservation). False models Slurm's
         sched/builtin: strict priority order, the blocked job holds everyone behind it.
@@ -75,7 +76,7 @@ class SimConfig:
     placement: str = "consolidate"
     restart_overhead_s: float = 30.0
     history_refresh: int = 1000
-    history: list[float] = field(default_factory=list)
+    history: list[float | tuple[int, float]] = field(default_factory=list)
     backfill: bool = True
     cpus_per_node: int | None = None
     cpu_knees: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_KNEES))
@@ -168,7 +169,10 @@ class Simulator:
         self.best_pending: tuple = ABOVE_ALL
         self.best_pending_at = -1
         self.running: list = []  # (negated key, key_ver, seq, job): worst on top
-        self.history: deque[float] = deque(cluster.history, maxlen=policy.history_window)
+        # GPU-seconds (cluster.history) or (GPUs, GPU-seconds) of completed jobs
+        self.history: deque[float | tuple[int, float]] = deque(
+            cluster.history, maxlen=policy.history_window
+        )
         self.since_refresh = 0
         self.table: GittinsTable | None = None
         if policy.policy == "gittins" and self.history:
@@ -580,7 +584,7 @@ class Simulator:
         job.key_ver += 1
         self.done += 1
         if self.cfg.policy == "gittins":
-            self.history.append(job.attained)
+            self.history.append((job.gpus, job.attained))
             self.since_refresh += 1
             if self.since_refresh >= max(1, min(self.cl.history_refresh, len(self.history) // 4)):
                 self._refresh_table(now)
