@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -154,10 +155,23 @@ class Simulator:
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.done = 0
-        # a failed preemption attempt is not retried until a running job stops or ranks
-        # lower (epoch), or the blocked job's key changes: job id -> (key_ver, epoch)
+        # A failed preemption attempt is not retried while it would fail again. The room
+        # a job J can make (free GPUs plus those of running jobs ranked below J, in all or
+        # per node) only grows when a job stops or a running job's key rises past J's:
+        # starts and key drops shrink it. no_room: job id -> (key_ver, ...) as of its last
+        # failure; a new key retries.
+        # - Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
+        #   (Their failed attempt reorders the FreeIndex buckets, which placement ties
+        #   read, so these attempts are kept exactly as they were.)
+        # - Consolidated jobs (a failed clearing changes nothing): (key_ver, rise_epoch,
+        #   stops seen, nodes that had room). rise_epoch counts rises past a key in
+        #   blocked_keys (sorted keys of the jobs recorded since the last one); after
+        #   stops only the nodes they freed, and those that had room, are checked again.
         self.epoch = 0
-        self.no_room: dict[int, tuple[int, int]] = {}
+        self.rise_epoch = 0
+        self.blocked_keys: list[tuple] = []
+        self.stopped: list[str] = []  # nodes of stopped jobs, one entry per node and stop
+        self.no_room: dict[int, tuple] = {}
         self.on_node: dict[str, dict[SimJob, int]] = {n: {} for n in self.idx.free}
         # per node, for consolidated jobs: its jobs worst first with their GPU share there,
         # and need[t] = the best-ranked job that must go for t GPUs to be free there
@@ -268,6 +282,12 @@ class Simulator:
             if running:
                 if key > old:
                     self.epoch += 1
+                    blocked = self.blocked_keys
+                    if blocked:
+                        i = bisect_right(blocked, old)
+                        if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
+                            self.rise_epoch += 1
+                            self.blocked_keys = []
                 heappush(
                     self.running,
                     ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job),
@@ -349,10 +369,8 @@ class Simulator:
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:
                         can_preempt = False  # nobody ranks below this job or the next
-                    elif self.no_room.get(job.id) != (job.key_ver, self.epoch):
+                    elif self._may_make_room(job):
                         alloc = self._make_room(job, now)
-                        if alloc is None:
-                            self.no_room[job.id] = (job.key_ver, self.epoch)
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
                     break
@@ -361,6 +379,31 @@ class Simulator:
                 blocked.add(b)
             else:
                 return
+
+    def _may_make_room(self, job: SimJob) -> bool:
+        """False if `_make_room` would fail as it did last time (see `no_room`)."""
+        rec = self.no_room.get(job.id)
+        if rec is None or rec[0] != job.key_ver:
+            return True
+        if not job.must_consolidate:
+            return rec[1] != self.epoch
+        if rec[1] != self.rise_epoch:
+            return True
+        stopped = self.stopped
+        if rec[2] == len(stopped):
+            return False
+        # room grew only on the nodes freed since; with those that had room then, are
+        # there enough nodes now?
+        nodes = set(stopped[rec[2] :])
+        nodes.update(rec[3])
+        self._index_nodes(nodes)
+        cap = self.idx.capacity
+        col, pos, jk = self.need_by[min(job.gpus, cap)], self.node_pos, job.key
+        room = tuple(n for n in nodes if col[pos[n]] > jk)
+        if len(room) >= min_nodes(job.gpus, cap):
+            return True
+        self.no_room[job.id] = (rec[0], rec[1], len(stopped), room)
+        return False
 
     def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """Preempt running jobs ranked below `job` until it fits; None if they cannot make room.
@@ -392,6 +435,8 @@ class Simulator:
                 self._preempt(v, now)  # its GPUs were given back above
         if alloc is not None:
             self.idx.give(alloc)  # _start takes it again
+        else:
+            self.no_room[job.id] = (job.key_ver, self.epoch)
         return alloc
 
     def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
@@ -416,13 +461,14 @@ class Simulator:
         col = self.need_by[target]
         top = max(col)  # the first node's, among equals
         if not top > jk:
-            return None
+            return self._no_room_here(job, ())
         if need_nodes == 1:
             best = [col.index(top)]
         else:
             best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
             if not col[best[-1]] > jk:
-                return None
+                names = self.node_names
+                return self._no_room_here(job, tuple(names[i] for i in best if col[i] > jk))
         free_of = self.idx.free
         for node in (self.node_names[i] for i in best):
             here = self.on_node[node]
@@ -433,14 +479,30 @@ class Simulator:
                     self._preempt(v, now, release=True)
         return choose_gpus(self.idx, job.gpus, True)
 
-    def _index_nodes(self) -> None:
-        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
+    def _no_room_here(self, job: SimJob, room: tuple[str, ...]) -> None:
+        """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
+        self.no_room[job.id] = (job.key_ver, self.rise_epoch, len(self.stopped), room)
+        blocked, jk = self.blocked_keys, job.key
+        i = bisect_left(blocked, jk)
+        if i == len(blocked) or blocked[i] != jk:
+            blocked.insert(i, jk)
+
+    def _index_nodes(self, only: set[str] | None = None) -> None:
+        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed
+        (of those in `only` if given)."""
         cap1 = self.idx.capacity + 1
         free_of = self.idx.free
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
         first = itemgetter(0)
-        for node in self.dirty:
+        dirty = self.dirty
+        if only is None:
+            todo = list(dirty)
+            dirty.clear()
+        else:
+            todo = [n for n in only if n in dirty]
+            dirty.difference_update(todo)
+        for node in todo:
             worst = sorted(
                 [(v.key, g, v) for v, g in on_node[node].items()], key=first, reverse=True
             )
@@ -455,7 +517,6 @@ class Simulator:
             i = node_pos[node]
             for col, k in zip(need_by, need):
                 col[i] = k
-        self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         if starved(
@@ -495,6 +556,7 @@ class Simulator:
         for n, _ in job.alloc:
             del self.on_node[n][job]
             self.dirty.add(n)
+            self.stopped.append(n)
         job.alloc = []
 
     def _preempt(self, job: SimJob, now: float, release: bool = False) -> None:
