@@ -163,14 +163,16 @@ class Simulator:
         # - Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
         #   (Their failed attempt reorders the FreeIndex buckets, which placement ties
         #   read, so these attempts are kept exactly as they were.)
-        # - Consolidated jobs (a failed clearing changes nothing): (key_ver, rise_epoch,
-        #   stops seen, nodes that had room). rise_epoch counts rises past a key in
-        #   blocked_keys (sorted keys of the jobs recorded since the last one); after
-        #   stops only the nodes they freed, and those that had room, are checked again.
+        # - Consolidated jobs (a failed clearing changes nothing): (key_ver, entries of
+        #   `grown` seen, nodes that had room). `grown` logs the nodes where room may have
+        #   grown: those of a stopped job, and those of a running job whose key rose past
+        #   a blocked job's (blocked_keys: sorted keys of recorded jobs, some stale). Only
+        #   the nodes logged since, and those that had room, are checked again.
         self.epoch = 0
-        self.rise_epoch = 0
+        self.grown: list[str] = []
         self.blocked_keys: list[tuple] = []
-        self.stopped: list[str] = []  # nodes of stopped jobs, one entry per node and stop
+        self.blocked_job: dict[tuple, SimJob] = {}
+        self.blocked_limit = 1024
         self.no_room: dict[int, tuple] = {}
         self.on_node: dict[str, dict[SimJob, int]] = {n: {} for n in self.idx.free}
         # per node, for consolidated jobs: its jobs worst first with their GPU share there,
@@ -286,8 +288,7 @@ class Simulator:
                     if blocked:
                         i = bisect_right(blocked, old)
                         if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
-                            self.rise_epoch += 1
-                            self.blocked_keys = []
+                            self._rose_past(job, i, bisect_left(blocked, key))
                 heappush(
                     self.running,
                     ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job),
@@ -387,23 +388,45 @@ class Simulator:
             return True
         if not job.must_consolidate:
             return rec[1] != self.epoch
-        if rec[1] != self.rise_epoch:
-            return True
-        stopped = self.stopped
-        if rec[2] == len(stopped):
+        grown = self.grown
+        if rec[1] == len(grown):
             return False
-        # room grew only on the nodes freed since; with those that had room then, are
-        # there enough nodes now?
-        nodes = set(stopped[rec[2] :])
-        nodes.update(rec[3])
-        self._index_nodes(nodes)
+        # room can have grown only on the nodes logged since; with those that had room
+        # then, are there enough nodes now?
+        # (room on a node: its free GPUs and those of its jobs ranked below this one;
+        # the same test as need[target] > key, without rebuilding the node's table)
+        nodes = set(grown[rec[1] :])
+        nodes.update(rec[2])
         cap = self.idx.capacity
-        col, pos, jk = self.need_by[min(job.gpus, cap)], self.node_pos, job.key
-        room = tuple(n for n in nodes if col[pos[n]] > jk)
+        target = min(job.gpus, cap)
+        free_of, on_node, jk = self.idx.free, self.on_node, job.key
+        room = []
+        for n in nodes:
+            r = free_of[n]
+            if r < target:
+                for v, g in on_node[n].items():
+                    if v.key > jk:
+                        r += g
+                if r < target:
+                    continue
+            room.append(n)
         if len(room) >= min_nodes(job.gpus, cap):
             return True
-        self.no_room[job.id] = (rec[0], rec[1], len(stopped), room)
+        self.no_room[job.id] = (rec[0], len(grown), tuple(room))
         return False
+
+    def _rose_past(self, job: SimJob, i: int, j: int) -> None:
+        """Running `job`'s key rose past blocked_keys[i:j]: log its nodes if one of
+        those jobs is still blocked with that key, else drop the stale keys."""
+        blocked, blocked_job = self.blocked_keys, self.blocked_job
+        for k in blocked[i:j]:
+            b = blocked_job[k]
+            if b.key == k and not b.running and b.finish is None:
+                self.grown.extend([n for n, _ in job.alloc])
+                return
+        for k in blocked[i:j]:
+            del blocked_job[k]
+        del blocked[i:j]
 
     def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """Preempt running jobs ranked below `job` until it fits; None if they cannot make room.
@@ -481,28 +504,30 @@ class Simulator:
 
     def _no_room_here(self, job: SimJob, room: tuple[str, ...]) -> None:
         """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
-        self.no_room[job.id] = (job.key_ver, self.rise_epoch, len(self.stopped), room)
+        self.no_room[job.id] = (job.key_ver, len(self.grown), room)
         blocked, jk = self.blocked_keys, job.key
         i = bisect_left(blocked, jk)
         if i == len(blocked) or blocked[i] != jk:
             blocked.insert(i, jk)
+            self.blocked_job[jk] = job
+            if len(blocked) > self.blocked_limit:  # drop the stale keys
+                live = {
+                    k: b
+                    for k, b in self.blocked_job.items()
+                    if b.key == k and not b.running and b.finish is None
+                }
+                self.blocked_job = live
+                self.blocked_keys = sorted(live)
+                self.blocked_limit = max(1024, 2 * len(live))
 
-    def _index_nodes(self, only: set[str] | None = None) -> None:
-        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed
-        (of those in `only` if given)."""
+    def _index_nodes(self) -> None:
+        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
         cap1 = self.idx.capacity + 1
         free_of = self.idx.free
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
         first = itemgetter(0)
-        dirty = self.dirty
-        if only is None:
-            todo = list(dirty)
-            dirty.clear()
-        else:
-            todo = [n for n in only if n in dirty]
-            dirty.difference_update(todo)
-        for node in todo:
+        for node in self.dirty:
             worst = sorted(
                 [(v.key, g, v) for v, g in on_node[node].items()], key=first, reverse=True
             )
@@ -517,6 +542,7 @@ class Simulator:
             i = node_pos[node]
             for col, k in zip(need_by, need):
                 col[i] = k
+        self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         if starved(
@@ -556,7 +582,7 @@ class Simulator:
         for n, _ in job.alloc:
             del self.on_node[n][job]
             self.dirty.add(n)
-            self.stopped.append(n)
+            self.grown.append(n)
         job.alloc = []
 
     def _preempt(self, job: SimJob, now: float, release: bool = False) -> None:
