@@ -67,6 +67,7 @@ def choose_gpus(idx: FreeIndex, gpus: int, consolidate: bool) -> list[tuple[str,
     used: set[str] = set()
     remaining = gpus
     cap = idx.capacity
+    most = min_nodes(gpus, cap)
     while remaining > 0:
         best_fit = (
             _first(idx, range(min(remaining, cap + 1), cap + 1), used) if remaining <= cap else None
@@ -74,6 +75,8 @@ def choose_gpus(idx: FreeIndex, gpus: int, consolidate: bool) -> list[tuple[str,
         if best_fit is not None:
             alloc.append((best_fit, remaining))
             break
+        if consolidate and len(alloc) + 1 >= most:
+            return None  # a largest node leaves some to place: more than `most` nodes
         largest = _first(idx, range(cap, 0, -1), used)
         if largest is None:
             return None
@@ -81,8 +84,6 @@ def choose_gpus(idx: FreeIndex, gpus: int, consolidate: bool) -> list[tuple[str,
         alloc.append((largest, g))
         used.add(largest)
         remaining -= g
-    if consolidate and len(alloc) > min_nodes(gpus, cap):
-        return None
     return alloc
 
 
