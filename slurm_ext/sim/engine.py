@@ -192,7 +192,11 @@ class Simulator:
                 raise ValueError(
                     f"job {j.id} needs {j.gpus} GPUs, the cluster has {self.total_gpus}"
                 )
-            self._push_event(j.submit, ARRIVE, j, 0)
+        # arrivals wait in submit order outside the heap; each still counts as an event
+        # (seq), and at equal times they come after completions and before wake-ups, as
+        # the heap's (time, kind, seq) order would put them
+        self.arrivals = sorted(self.jobs, key=lambda j: j.submit)
+        self.seq += len(self.jobs)
 
     def _must_consolidate(self, t: TraceJob) -> bool:
         return consolidate_for(self.cl.placement, network_sensitive(t.model_tag))
@@ -204,21 +208,32 @@ class Simulator:
 
     def run(self) -> list[SimJob]:
         events = self.events
+        arrivals = self.arrivals
         n = len(self.jobs)
+        ai = 0
+        next_arrival = arrivals[0].submit if arrivals else math.inf
+        heappop = heapq.heappop
         passes = 0
-        while events:
-            now = events[0][0]
+        while events or ai < n:
+            now = events[0][0] if events else math.inf
+            if next_arrival < now:
+                now = next_arrival
             need_pass = False
-            while events and events[0][0] == now:
-                _, kind, _, ver, job = heapq.heappop(events)
-                if kind == ARRIVE:
-                    self._rekey(job, now)
+            # nothing at `now` is pushed before the pass: completions, arrivals, wake-ups
+            while events and events[0][0] == now and events[0][1] == FINISH:
+                _, _, _, ver, job = heappop(events)
+                if job.running and ver == job.run_ver:
+                    self._complete(job, now)
                     need_pass = True
-                elif kind == FINISH:
-                    if job.running and ver == job.run_ver:
-                        self._complete(job, now)
-                        need_pass = True
-                elif ver == job.key_ver and job.finish is None:  # WAKE
+            while next_arrival == now:
+                job = arrivals[ai]
+                ai += 1
+                next_arrival = arrivals[ai].submit if ai < n else math.inf
+                self._rekey(job, now)
+                need_pass = True
+            while events and events[0][0] == now:
+                _, _, _, ver, job = heappop(events)  # WAKE
+                if ver == job.key_ver and job.finish is None:
                     self._rekey(job, now, wake=True)
                     # a running job whose key changed matters only if a pending job
                     # now outranks it (a preemption may follow)
