@@ -180,12 +180,12 @@ class Simulator:
         # (ABOVE_ALL if t are free already). Rebuilt lazily for nodes marked dirty.
         # (filled in node order: ties between nodes go to the first, whatever the hash seed)
         self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {n: [] for n in self.idx.free}
-        # need_by[t][i] = need[t] of the i-th node (columns, so a clearing attempt scans
-        # one list in C rather than every node's table in Python)
+        # need_by[t * nodes + i] = need[t] of the i-th node (a column per t, so a clearing
+        # attempt scans one slice in C; a node's table is written with one slice store)
         self.node_names = list(self.idx.free)
         self.node_pos = {n: i for i, n in enumerate(self.node_names)}
         cap = self.idx.capacity
-        self.need_by: list[list[tuple]] = [[ABOVE_ALL] * cluster.nodes for _ in range(cap + 1)]
+        self.need_by: list[tuple] = [ABOVE_ALL] * (cluster.nodes * (cap + 1))
         self.dirty: set[str] = set(self.idx.free)
         for j in self.jobs:
             if j.gpus > self.total_gpus:
@@ -496,7 +496,8 @@ class Simulator:
         # `jk`; when need_nodes > 1, target is a whole node
         # the need_nodes nodes with the lowest-ranked needs (ties: node order), all of which
         # must rank below the job
-        col = self.need_by[target]
+        n = len(self.node_names)
+        col = self.need_by[target * n : (target + 1) * n]
         top = max(col)  # the first node's, among equals
         if not top > jk:
             return self._no_room_here(job, ())
@@ -541,6 +542,7 @@ class Simulator:
         free_of = self.idx.free
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
+        n = len(self.node_names)
         first = itemgetter(0)
         for node in self.dirty:
             worst = sorted(
@@ -554,9 +556,7 @@ class Simulator:
             if len(need) < cap1:
                 need += [()] * (cap1 - len(need))
             node_worst[node] = worst
-            i = node_pos[node]
-            for col, k in zip(need_by, need):
-                col[i] = k
+            need_by[node_pos[node] :: n] = need
         self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
