@@ -22,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from heapq import heappush
+from heapq import heappop, heappush
 from math import nextafter
 from operator import itemgetter
 
@@ -41,6 +41,8 @@ from slurm_ext.policy.ranking import key_and_change, starved
 from slurm_ext.sim.traces import TraceJob
 
 FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
+INF = math.inf
+_first = itemgetter(0)
 ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 
 
@@ -212,7 +214,8 @@ class Simulator:
         n = len(self.jobs)
         ai = 0
         next_arrival = arrivals[0].submit if arrivals else math.inf
-        heappop = heapq.heappop
+        rekey = self._rekey
+        preemptive = self.cl.preemptive
         passes = 0
         while events or ai < n:
             now = events[0][0] if events else math.inf
@@ -234,10 +237,19 @@ class Simulator:
             while events and events[0][0] == now:
                 _, _, _, ver, job = heappop(events)  # WAKE
                 if ver == job.key_ver and job.finish is None:
-                    self._rekey(job, now, wake=True)
+                    rekey(job, now, True)
                     # a running job whose key changed matters only if a pending job
-                    # now outranks it (a preemption may follow)
-                    need_pass = need_pass or not job.running or self._outranked(job.key)
+                    # now outranks it (a preemption may follow): `_outranked`, its cached
+                    # answer inline
+                    if need_pass:
+                        pass
+                    elif not job.running:
+                        need_pass = True
+                    elif preemptive:
+                        if self.best_pending_at == self.pending_ver:
+                            need_pass = self.best_pending < job.key
+                        else:
+                            need_pass = self._outranked(job.key)
             if need_pass or self.dynamic:
                 self._pass(now)
                 if self.on_pass is not None:
@@ -253,8 +265,9 @@ class Simulator:
     def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
         """Recompute the job's key, file it in its heap and schedule its next change.
 
-        wake: called by the job's own wake-up; if its key came out unchanged (a grid
-        point where the index does not move), its heap entry stays valid and is kept.
+        wake: called by the job's own wake-up; if its key came out unchanged (rounding
+        left the crossing just short, or the index does not move at that grid point), its
+        heap entry stays valid and is kept.
         """
         old = job.key
         running = job.running
@@ -318,14 +331,14 @@ class Simulator:
                     bucket = self.pending[b] = []
                 heappush(bucket, (key, ver, self.seq, job))
                 self.pending_ver += 1
-        if after < math.inf and not (running and self.dynamic):
+        if after < INF and not (running and self.dynamic):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
             at = now + after
-            soonest = nextafter(now, math.inf)
+            soonest = nextafter(now, INF)
             if soonest > at:  # max(at, soonest)
                 at = soonest
-            self.seq += 1
-            heappush(self.events, (at, WAKE, self.seq, job.key_ver, job))
+            seq = self.seq = self.seq + 1
+            heappush(self.events, (at, WAKE, seq, job.key_ver, job))
 
     def _refresh_table(self, now: float) -> None:
         self.table = build_table(list(self.history), self.cfg)
@@ -369,18 +382,23 @@ class Simulator:
                 self._rekey(job, now)
         blocked: set[tuple[int, bool]] = set()
         can_preempt = self.cl.preemptive
+        idx = self.idx
         while True:
             tops = []
             for b, heap in self.pending.items():
                 if b not in blocked:
-                    job = self._top(heap, False)
-                    if job is not None:
-                        tops.append((job.key, b, job))
+                    while heap:  # `_top(heap, False)`
+                        e = heap[0]
+                        job = e[3]
+                        if e[1] == job.key_ver and not job.running and job.finish is None:
+                            tops.append((e[0], b, job))
+                            break
+                        heappop(heap)
             if not tops:
                 return
-            tops.sort(key=lambda t: t[0])
+            tops.sort(key=_first)
             for _, b, job in tops:
-                alloc = choose_gpus(self.idx, job.gpus, job.must_consolidate)
+                alloc = choose_gpus(idx, job.gpus, job.must_consolidate)
                 if alloc is None and can_preempt:
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:
@@ -543,10 +561,10 @@ class Simulator:
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
         n = len(self.node_names)
-        first = itemgetter(0)
+
         for node in self.dirty:
             worst = sorted(
-                [(v.key, g, v) for v, g in on_node[node].items()], key=first, reverse=True
+                [(v.key, g, v) for v, g in on_node[node].items()], key=_first, reverse=True
             )
             # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
             # bring the room to t; () (below every key) if even all of them cannot
