@@ -22,20 +22,39 @@ from dataclasses import dataclass, field
 
 def gittins_index(sorted_samples: Sequence[float], attained: float) -> float:
     """Exact Gittins index of a job with `attained` GPU-seconds; samples sorted ascending."""
-    n = len(sorted_samples)
-    k = bisect.bisect_right(sorted_samples, attained)  # first survivor (S > a)
+    return _index(_groups(sorted_samples), len(sorted_samples), attained)
+
+
+def _groups(sorted_samples: Sequence[float]) -> tuple[list[float], list[int]]:
+    """The distinct sample values and, for each, the index just past its last copy."""
+    values: list[float] = []
+    ends: list[int] = []
+    for j, v in enumerate(sorted_samples):
+        if values and values[-1] == v:
+            ends[-1] = j + 1
+        else:
+            values.append(v)
+            ends.append(j + 1)
+    return values, ends
+
+
+def _index(groups: tuple[list[float], list[int]], n: int, attained: float) -> float:
+    values, ends = groups
+    g = bisect.bisect_right(values, attained)  # first surviving value (S > a)
+    k = ends[g - 1] if g else 0  # first survivor
     best = 0.0
     done_sum = 0.0  # sum of (s_i - a) over survivors that finish within D
     j = k
-    while j < n:
-        v = sorted_samples[j]
-        while j < n and sorted_samples[j] == v:  # ties finish together
-            done_sum += v - attained
+    for v, end in zip(values[g:], ends[g:]):
+        d = v - attained
+        while j < end:  # ties finish together
+            done_sum += d
             j += 1
-        finished = j - k
-        expected = done_sum + (n - j) * (v - attained)  # m x E[min(S - a, D)]
+        expected = done_sum + (n - j) * d  # m x E[min(S - a, D)]
         if expected > 0:
-            best = max(best, finished / expected)
+            r = (j - k) / expected
+            if r > best:
+                best = r
     return best
 
 
@@ -83,9 +102,10 @@ class GittinsTable:
         if not ordered:
             return cls(grid=(0.0,), values=(0.0,), samples=0)
         grid = default_grid(start, per_decade, ordered[-1])
+        groups = _groups(ordered)
         return cls(
             grid=tuple(grid),
-            values=tuple(gittins_index(ordered, a) for a in grid),
+            values=tuple(_index(groups, len(ordered), a) for a in grid),
             samples=len(ordered),
         )
 

@@ -91,6 +91,7 @@ def choose_gpus(
     used: set[str] = set()
     remaining = gpus
     cap = idx.capacity
+    most = min_nodes(gpus, cap)
     while remaining > 0:
         best_fit = (
             _first(idx, range(min(remaining, cap + 1), cap + 1), used) if remaining <= cap else None
@@ -98,6 +99,8 @@ def choose_gpus(
         if best_fit is not None:
             alloc.append((best_fit, remaining))
             break
+        if consolidate and len(alloc) + 1 >= most:
+            return None  # a largest node leaves some to place: more than `most` nodes
         largest = _first(idx, range(cap, 0, -1), used)
         if largest is None:
             return None
@@ -105,8 +108,6 @@ def choose_gpus(
         alloc.append((largest, g))
         used.add(largest)
         remaining -= g
-    if consolidate and len(alloc) > min_nodes(gpus, cap):
-        return None
     return alloc
 
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from heapq import heappush
+from heapq import heappop, heappush
 from math import nextafter
 from operator import itemgetter
 
@@ -47,6 +48,8 @@ from slurm_ext.sim.cpus import DEFAULT_KNEES, cpu_speed, even_share
 from slurm_ext.sim.traces import TraceJob
 
 FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
+INF = math.inf
+_first = itemgetter(0)
 ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 
 
@@ -180,29 +183,48 @@ class Simulator:
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.done = 0
-        # a failed preemption attempt is not retried until a running job stops or ranks
-        # lower (epoch), or the blocked job's key changes: job id -> (key_ver, epoch)
+        # A failed preemption attempt is not retried while it would fail again. The room
+        # a job J can make (free GPUs plus those of running jobs ranked below J, in all or
+        # per node) only grows when a job stops or a running job's key rises past J's:
+        # starts and key drops shrink it. no_room: job id -> (key_ver, ...) as of its last
+        # failure; a new key retries.
+        # - Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
+        #   (Their failed attempt reorders the FreeIndex buckets, which placement ties
+        #   read, so these attempts are kept exactly as they were.)
+        # - Consolidated jobs (a failed clearing changes nothing): (key_ver, entries of
+        #   `grown` seen, nodes that had room). `grown` logs the nodes where room may have
+        #   grown: those of a stopped job, and those of a running job whose key rose past
+        #   a blocked job's (blocked_keys: sorted keys of recorded jobs, some stale). Only
+        #   the nodes logged since, and those that had room, are checked again.
         self.epoch = 0
-        self.no_room: dict[int, tuple[int, int]] = {}
+        self.grown: list[str] = []
+        self.blocked_keys: list[tuple] = []
+        self.blocked_job: dict[tuple, SimJob] = {}
+        self.blocked_limit = 1024
+        self.no_room: dict[int, tuple] = {}
         self.on_node: dict[str, dict[SimJob, int]] = {n: {} for n in self.idx.free}
         # per node, for consolidated jobs: its jobs worst first with their GPU share there,
         # and need[t] = the best-ranked job that must go for t GPUs to be free there
         # (ABOVE_ALL if t are free already). Rebuilt lazily for nodes marked dirty.
         # (filled in node order: ties between nodes go to the first, whatever the hash seed)
         self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {n: [] for n in self.idx.free}
-        # need_by[t][i] = need[t] of the i-th node (columns, so a clearing attempt scans
-        # one list in C rather than every node's table in Python)
+        # need_by[t * nodes + i] = need[t] of the i-th node (a column per t, so a clearing
+        # attempt scans one slice in C; a node's table is written with one slice store)
         self.node_names = list(self.idx.free)
         self.node_pos = {n: i for i, n in enumerate(self.node_names)}
         cap = self.idx.capacity
-        self.need_by: list[list[tuple]] = [[ABOVE_ALL] * cluster.nodes for _ in range(cap + 1)]
+        self.need_by: list[tuple] = [ABOVE_ALL] * (cluster.nodes * (cap + 1))
         self.dirty: set[str] = set(self.idx.free)
         for j in self.jobs:
             if j.gpus > self.total_gpus:
                 raise ValueError(
                     f"job {j.id} needs {j.gpus} GPUs, the cluster has {self.total_gpus}"
                 )
-            self._push_event(j.submit, ARRIVE, j, 0)
+        # arrivals wait in submit order outside the heap; each still counts as an event
+        # (seq), and at equal times they come after completions and before wake-ups, as
+        # the heap's (time, kind, seq) order would put them
+        self.arrivals = sorted(self.jobs, key=lambda j: j.submit)
+        self.seq += len(self.jobs)
 
     def _must_consolidate(self, t: TraceJob) -> bool:
         return consolidate_for(self.cl.placement, network_sensitive(t.model_tag))
@@ -255,25 +277,46 @@ class Simulator:
 
     def run(self) -> list[SimJob]:
         events = self.events
+        arrivals = self.arrivals
         n = len(self.jobs)
+        ai = 0
+        next_arrival = arrivals[0].submit if arrivals else math.inf
+        rekey = self._rekey
+        preemptive = self.cl.preemptive
         passes = 0
-        while events:
-            now = events[0][0]
+        while events or ai < n:
+            now = events[0][0] if events else math.inf
+            if next_arrival < now:
+                now = next_arrival
             need_pass = False
-            while events and events[0][0] == now:
-                _, kind, _, ver, job = heapq.heappop(events)
-                if kind == ARRIVE:
-                    self._rekey(job, now)
+            # nothing at `now` is pushed before the pass: completions, arrivals, wake-ups
+            while events and events[0][0] == now and events[0][1] == FINISH:
+                _, _, _, ver, job = heappop(events)
+                if job.running and ver == job.run_ver:
+                    self._complete(job, now)
                     need_pass = True
-                elif kind == FINISH:
-                    if job.running and ver == job.run_ver:
-                        self._complete(job, now)
-                        need_pass = True
-                elif ver == job.key_ver and job.finish is None:  # WAKE
-                    self._rekey(job, now, wake=True)
+            while next_arrival == now:
+                job = arrivals[ai]
+                ai += 1
+                next_arrival = arrivals[ai].submit if ai < n else math.inf
+                self._rekey(job, now)
+                need_pass = True
+            while events and events[0][0] == now:
+                _, _, _, ver, job = heappop(events)  # WAKE
+                if ver == job.key_ver and job.finish is None:
+                    rekey(job, now, True)
                     # a running job whose key changed matters only if a pending job
-                    # now outranks it (a preemption may follow)
-                    need_pass = need_pass or not job.running or self._outranked(job.key)
+                    # now outranks it (a preemption may follow): `_outranked`, its cached
+                    # answer inline
+                    if need_pass:
+                        pass
+                    elif not job.running:
+                        need_pass = True
+                    elif preemptive:
+                        if self.best_pending_at == self.pending_ver:
+                            need_pass = self.best_pending < job.key
+                        else:
+                            need_pass = self._outranked(job.key)
             if need_pass or self.dynamic:
                 self._pass(now)
                 if self.on_pass is not None:
@@ -289,8 +332,9 @@ class Simulator:
     def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
         """Recompute the job's key, file it in its heap and schedule its next change.
 
-        wake: called by the job's own wake-up; if its key came out unchanged (a grid
-        point where the index does not move), its heap entry stays valid and is kept.
+        wake: called by the job's own wake-up; if its key came out unchanged (rounding
+        left the crossing just short, or the index does not move at that grid point), its
+        heap entry stays valid and is kept.
         """
         old = job.key
         running = job.running
@@ -335,6 +379,11 @@ class Simulator:
             if running:
                 if key > old:
                     self.epoch += 1
+                    blocked = self.blocked_keys
+                    if blocked:
+                        i = bisect_right(blocked, old)
+                        if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
+                            self._rose_past(job, i, bisect_left(blocked, key))
                 heappush(
                     self.running,
                     ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job),
@@ -349,14 +398,14 @@ class Simulator:
                     bucket = self.pending[b] = []
                 heappush(bucket, (key, ver, self.seq, job))
                 self.pending_ver += 1
-        if after < math.inf and not (running and self.dynamic):
+        if after < INF and not (running and self.dynamic):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
             at = now + after
-            soonest = nextafter(now, math.inf)
+            soonest = nextafter(now, INF)
             if soonest > at:  # max(at, soonest)
                 at = soonest
-            self.seq += 1
-            heappush(self.events, (at, WAKE, self.seq, job.key_ver, job))
+            seq = self.seq = self.seq + 1
+            heappush(self.events, (at, WAKE, seq, job.key_ver, job))
 
     def _refresh_table(self, now: float) -> None:
         self.table = build_table(list(self.history), self.cfg)
@@ -400,28 +449,31 @@ class Simulator:
                 self._rekey(job, now)
         blocked: set[tuple[int, bool, int]] = set()
         can_preempt = self.cl.preemptive
+        idx = self.idx
         while True:
             tops = []
             for b, heap in self.pending.items():
                 if b not in blocked:
-                    job = self._top(heap, False)
-                    if job is not None:
-                        tops.append((job.key, b, job))
+                    while heap:  # `_top(heap, False)`
+                        e = heap[0]
+                        job = e[3]
+                        if e[1] == job.key_ver and not job.running and job.finish is None:
+                            tops.append((e[0], b, job))
+                            break
+                        heappop(heap)
             if not tops:
                 return
-            tops.sort(key=lambda t: t[0])
+            tops.sort(key=_first)
             for _, b, job in tops:
                 alloc = choose_gpus(
-                    self.idx, job.gpus, job.must_consolidate, self._cpus(job.cpus_per_gpu)
+                    idx, job.gpus, job.must_consolidate, self._cpus(job.cpus_per_gpu)
                 )
                 if alloc is None and can_preempt:
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:
                         can_preempt = False  # nobody ranks below this job or the next
-                    elif self.no_room.get(job.id) != (job.key_ver, self.epoch):
+                    elif self._may_make_room(job):
                         alloc = self._make_room(job, now)
-                        if alloc is None:
-                            self.no_room[job.id] = (job.key_ver, self.epoch)
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
                     break
@@ -430,6 +482,53 @@ class Simulator:
                 blocked.add(b)
             else:
                 return
+
+    def _may_make_room(self, job: SimJob) -> bool:
+        """False if `_make_room` would fail as it did last time (see `no_room`)."""
+        rec = self.no_room.get(job.id)
+        if rec is None or rec[0] != job.key_ver:
+            return True
+        if not job.must_consolidate:
+            return rec[1] != self.epoch
+        grown = self.grown
+        if rec[1] == len(grown):
+            return False
+        # room can have grown only on the nodes logged since; with those that had room
+        # then, are there enough nodes now?
+        # (room on a node: its free GPUs and those of its jobs ranked below this one;
+        # the same test as need[target] > key, without rebuilding the node's table)
+        nodes = set(grown[rec[1] :])
+        nodes.update(rec[2])
+        cap = self.idx.capacity
+        target = min(job.gpus, cap)
+        free_of, on_node, jk = self.idx.free, self.on_node, job.key
+        room = []
+        for n in nodes:
+            r = free_of[n]
+            if r < target:
+                for v, g in on_node[n].items():
+                    if v.key > jk:
+                        r += g
+                if r < target:
+                    continue
+            room.append(n)
+        if len(room) >= min_nodes(job.gpus, cap):
+            return True
+        self.no_room[job.id] = (rec[0], len(grown), tuple(room))
+        return False
+
+    def _rose_past(self, job: SimJob, i: int, j: int) -> None:
+        """Running `job`'s key rose past blocked_keys[i:j]: log its nodes if one of
+        those jobs is still blocked with that key, else drop the stale keys."""
+        blocked, blocked_job = self.blocked_keys, self.blocked_job
+        for k in blocked[i:j]:
+            b = blocked_job[k]
+            if b.key == k and not b.running and b.finish is None:
+                self.grown.extend([n for n, _ in job.alloc])
+                return
+        for k in blocked[i:j]:
+            del blocked_job[k]
+        del blocked[i:j]
 
     def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """Preempt running jobs ranked below `job` until it fits; None if they cannot make room.
@@ -463,6 +562,8 @@ class Simulator:
                 self._preempt(v, now)  # its GPUs (and cores) were given back above
         if alloc is not None:
             self._give(alloc, job.cpus_per_gpu)  # _start takes it again
+        else:
+            self.no_room[job.id] = (job.key_ver, self.epoch)
         return alloc
 
     def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
@@ -485,16 +586,18 @@ class Simulator:
         # `jk`; when need_nodes > 1, target is a whole node
         # the need_nodes nodes with the lowest-ranked needs (ties: node order), all of which
         # must rank below the job
-        col = self.need_by[target]
+        n = len(self.node_names)
+        col = self.need_by[target * n : (target + 1) * n]
         top = max(col)  # the first node's, among equals
         if not top > jk:
-            return None
+            return self._no_room_here(job, ())
         if need_nodes == 1:
             best = [col.index(top)]
         else:
             best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
             if not col[best[-1]] > jk:
-                return None
+                names = self.node_names
+                return self._no_room_here(job, tuple(names[i] for i in best if col[i] > jk))
         cpg = job.cpus_per_gpu
         for node in (self.node_names[i] for i in best):
             here = self.on_node[node]
@@ -506,16 +609,35 @@ class Simulator:
                     self._preempt(v, now, release=True)
         return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
 
+    def _no_room_here(self, job: SimJob, room: tuple[str, ...]) -> None:
+        """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
+        self.no_room[job.id] = (job.key_ver, len(self.grown), room)
+        blocked, jk = self.blocked_keys, job.key
+        i = bisect_left(blocked, jk)
+        if i == len(blocked) or blocked[i] != jk:
+            blocked.insert(i, jk)
+            self.blocked_job[jk] = job
+            if len(blocked) > self.blocked_limit:  # drop the stale keys
+                live = {
+                    k: b
+                    for k, b in self.blocked_job.items()
+                    if b.key == k and not b.running and b.finish is None
+                }
+                self.blocked_job = live
+                self.blocked_keys = sorted(live)
+                self.blocked_limit = max(1024, 2 * len(live))
+
     def _index_nodes(self) -> None:
         """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
         cap1 = self.idx.capacity + 1
         free_of = self.idx.free
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
-        first = itemgetter(0)
+        n = len(self.node_names)
+
         for node in self.dirty:
             worst = sorted(
-                [(v.key, g, v) for v, g in on_node[node].items()], key=first, reverse=True
+                [(v.key, g, v) for v, g in on_node[node].items()], key=_first, reverse=True
             )
             # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
             # bring the room to t; () (below every key) if even all of them cannot
@@ -525,9 +647,7 @@ class Simulator:
             if len(need) < cap1:
                 need += [()] * (cap1 - len(need))
             node_worst[node] = worst
-            i = node_pos[node]
-            for col, k in zip(need_by, need):
-                col[i] = k
+            need_by[node_pos[node] :: n] = need
         self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
@@ -569,6 +689,7 @@ class Simulator:
         for n, _ in job.alloc:
             del self.on_node[n][job]
             self.dirty.add(n)
+            self.grown.append(n)
         job.alloc = []
 
     def _preempt(self, job: SimJob, now: float, release: bool = False) -> None:
