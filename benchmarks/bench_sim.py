@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_sim.py --full          # the figures in docs/benchmarks.md
     .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown
     .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown --gittins-classes gpus
+    .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown --gittins-censored
     .venv/bin/python benchmarks/bench_sim.py --speed-only --full
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --loads 0.9,1.0,1.05
 
@@ -133,8 +134,16 @@ def main() -> None:
         default=PolicyConfig().gittins_classes,
         help="PolicyConfig.gittins_classes (default: the default config's)",
     )
+    ap.add_argument(
+        "--gittins-censored",
+        action="store_true",
+        default=PolicyConfig().gittins_censored,
+        help="PolicyConfig.gittins_censored (Kaplan-Meier with the active jobs censored)",
+    )
     args = ap.parse_args()
-    base = PolicyConfig(gittins_classes=args.gittins_classes)
+    base = PolicyConfig(
+        gittins_classes=args.gittins_classes, gittins_censored=args.gittins_censored
+    )
     show = lambda rows: print(table(rows, markdown=args.markdown, columns=BENCH_COLUMNS) + "\n")  # noqa: E731
     if not args.speed_only:
         traces: list[tuple[str, list[dict]]] = []

@@ -203,3 +203,24 @@ def test_gittins_per_gpu_class_orders_differently_from_pooled():
     assert ids(d) == [1, 2]
     with pytest.raises(ConfigError, match="gittins_classes"):
         from_dict(PolicyConfig, {"gittins_classes": "users"}, None)
+
+
+def test_gittins_censored_reads_the_ranked_jobs_attained_service():
+    # completed 1100 and 2200 GPU-s; job 3 has run 1650 GPU-s and is still active: with
+    # gittins_censored it is a censored observation (test_policy_gittins, x 1100: a fresh
+    # job's index drops from 2/3 to 0.6 per 1100 GPU-s)
+    history = [1100.0, 2200.0]
+    cfg = PolicyConfig(
+        policy="gittins",
+        queue_thresholds_gpu_s=[1e6],
+        min_run_s=0,
+        gittins_grid_start_gpu_s=100.0,
+    )
+    jobs = [
+        JobView(job_id=1, gpus=1, submit_time=0, attained_gpu_s=0),
+        JobView(job_id=3, gpus=1, submit_time=1, attained_gpu_s=1650, running=True),
+    ]
+    index = lambda d: {x.job_id: x.index for x in d}  # noqa: E731
+    assert index(rank(jobs, 10, cfg, history))[1] == pytest.approx(2 / 3 / 1100)
+    km = rank(jobs, 10, replace(cfg, gittins_censored=True), history)
+    assert index(km)[1] == pytest.approx(0.6 / 1100)

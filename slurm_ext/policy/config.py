@@ -30,6 +30,11 @@ class PolicyConfig:
         GPU-count class: 1, 2, 3-4, 5-8, 9-16, ...; a job reads its class's index, or the
         pooled one while its class has fewer than gittins_class_min_samples completions
         in the history window).
+    gittins_censored: estimate the GPU-time distribution by Kaplan-Meier from the completed
+        jobs in the window plus the attained service of the active jobs (running or
+        pending) as right-censored observations (S > attained), instead of from the
+        completed jobs alone, which under overload under-represent the long jobs still
+        queued.
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
     """
@@ -45,6 +50,7 @@ class PolicyConfig:
     gittins_grid_per_decade: int = 4
     gittins_classes: str = choices("pooled", "gpus", default="pooled")
     gittins_class_min_samples: int = 200
+    gittins_censored: bool = False
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
 

@@ -21,17 +21,28 @@ Key = tuple[int, int, float, float, int]
 History = Sequence[float | tuple[int | None, float]] | GittinsTable | None
 
 
-def build_table(history: History, config: PolicyConfig) -> GittinsTable | None:
+def build_table(
+    history: History,
+    config: PolicyConfig,
+    active: Sequence[tuple[int, float]] | None = None,
+) -> GittinsTable | None:
     """A Gittins table from completed jobs (the last `history_window`): GPU-seconds or
-    (GPUs, GPU-seconds); with `gittins_classes = "gpus"` also one per GPU class."""
+    (GPUs, GPU-seconds); with `gittins_classes = "gpus"` also one per GPU class. With
+    `gittins_censored`, `active` ((GPUs, attained GPU-seconds) of the jobs running or
+    pending now, all of them) are right-censored observations (Kaplan-Meier)."""
     if history is None or isinstance(history, GittinsTable):
         return history
     window = [h if isinstance(h, tuple) else (None, h) for h in history]
     window = window[-config.history_window :]
     start, per_decade = config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
+    censored = list(active or ()) if config.gittins_censored else None
     if config.gittins_classes == "gpus":
         return GittinsTable.from_history(
-            window, start, per_decade, config.gittins_class_min_samples
+            window, start, per_decade, config.gittins_class_min_samples, censored
+        )
+    if censored is not None:
+        return GittinsTable.from_censored(
+            [s for _, s in window], [a for _, a in censored], start, per_decade
         )
     return GittinsTable.from_samples([s for _, s in window], start, per_decade)
 
@@ -254,9 +265,13 @@ def rank(
     """Order jobs (running and pending) best first; Decision.rank 0 runs first.
 
     `history` is the completed jobs' GPU-seconds or a prebuilt GittinsTable; without it
-    the gittins policy falls back to 2D-LAS and says so in each reason.
+    the gittins policy falls back to 2D-LAS and says so in each reason. With
+    `gittins_censored` the table also reads `jobs`' attained service (censored).
     """
-    table = build_table(history, config) if config.policy == "gittins" else None
+    table = None
+    if config.policy == "gittins":
+        active = [(j.gpus, j.attained_gpu_s) for j in jobs] if config.gittins_censored else None
+        table = build_table(history, config, active)
     keyed = sorted((priority_key(j, now, config, table), j) for j in jobs)
     return [
         Decision(

@@ -408,10 +408,16 @@ class Simulator:
             heappush(self.events, (at, WAKE, seq, job.key_ver, job))
 
     def _refresh_table(self, now: float) -> None:
-        self.table = build_table(list(self.history), self.cfg)
-        self.since_refresh = 0
         active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
         active += [e[3] for e in self.running if e[1] == e[3].key_ver]
+        censored = None
+        if self.cfg.gittins_censored:  # what rank() would read off the active views
+            censored = [
+                (j.gpus, j.attained + j.gpus * (now - j.start) if j.running else j.attained)
+                for j in active
+            ]
+        self.table = build_table(list(self.history), self.cfg, censored)
+        self.since_refresh = 0
         self.pending = {}
         self.pending_ver += 1
         self.running = []
