@@ -6,7 +6,7 @@ import random
 import pytest
 
 from slurm_ext.policy import GittinsTable, gittins_index
-from slurm_ext.policy.gittins import kaplan_meier, weighted_index
+from slurm_ext.policy.gittins import default_grid, kaplan_meier, weighted_index
 
 
 def test_index_by_hand_at_zero():
@@ -138,3 +138,13 @@ def test_censored_table_without_active_jobs_is_the_empirical_one():
     km = GittinsTable.from_censored(samples, [])
     assert km.grid == plain.grid and km.samples == plain.samples
     assert km.values == pytest.approx(plain.values, rel=1e-9)
+
+
+def test_grid_points_are_round_so_whole_gpu_seconds_do_not_spike_the_index():
+    # sacct gives whole GPU-seconds; a sample exactly on a grid point must not survive it
+    # by an ulp (the old grid had 999.9999999999998 and 5999.999999999999 here)
+    assert 1000.0 in default_grid(100, 4, 1e4) and 6000.0 in default_grid(60, 4, 1e5)
+    table = GittinsTable.from_samples([1000, 2000], start=100, per_decade=4)
+    assert max(table.values) == pytest.approx(1 / 222)  # at 1778: 1 done / 222 GPU-s left
+    table = GittinsTable.from_samples([100, 6000, 30000], start=60, per_decade=4)
+    assert max(table.values) < 0.01

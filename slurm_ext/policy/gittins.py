@@ -137,14 +137,23 @@ def class_label(cls: int) -> str:
 
 
 def default_grid(start: float, per_decade: int, top: float) -> list[float]:
-    """0, then geometric points from `start` up to past `top` (where every index is 0)."""
+    """0, then geometric points from `start` up to past `top` (where every index is 0).
+
+    Points are computed from the exponent and rounded (to whole GPU-seconds from 10 on,
+    else 9 significant digits). Repeated multiplication put them an ulp below round
+    numbers (5999.999999999999): a completed job of exactly 6000 GPU-s, as sacct reports
+    them, then survived the point by 1e-12 and gave its whole cell an index of ~1e12."""
     grid = [0.0]
     ratio = 10 ** (1.0 / per_decade)
-    x = start
-    while x <= top * ratio:
-        grid.append(x)
-        x *= ratio
-    return grid
+    k = 0
+    while True:
+        x = start * 10 ** (k / per_decade)
+        x = float(round(x)) if x >= 10 else float(f"{x:.9g}")
+        if x > top * ratio:
+            return grid
+        if x > grid[-1]:
+            grid.append(x)
+        k += 1
 
 
 @dataclass(frozen=True)
