@@ -2,8 +2,9 @@
 
 The job appends lines "<unix time> <count>" (count: iterations or samples done so far,
 never decreasing). The agent, running as root, reads only the last TAIL_BYTES of that
-user-owned file: opened with O_NOFOLLOW|O_NONBLOCK, refused unless it is a regular file
-owned by the UID of the process that named it. Anything odd means "no progress known"
+user-owned file: looked up with O_PATH|O_NOFOLLOW (no real open of whatever the path
+names), refused unless it is a regular file owned by the UID of the process that named
+it, then that inode read. Anything odd means "no progress known"
 (logged once per job); a rate is only ever a slowdown signal that can pause the
 opportunistic jobs beside the job, never anything that helps the job itself.
 """
@@ -41,20 +42,32 @@ def read_tail(
     `root`: a prefix such as /proc/PID/root, so the path is looked up in the job's own
     mount namespace (a per-job /tmp, a container). Refuses (ProgressFileError) a relative
     path, a symlink, anything but a regular file, and a file not owned by `uid`. Never
-    reads more than `max_bytes`; O_NONBLOCK keeps a FIFO planted in the path from
-    blocking the open."""
+    reads more than `max_bytes`.
+
+    The path is the user's: it is first opened with O_PATH, which opens nothing (a device
+    such as /dev/watchdog has side effects on a real open, and a FIFO would block), checked
+    on that descriptor, and only then the same inode is opened for reading through
+    /proc/self/fd, so swapping a path component in between gains nothing."""
     if not os.path.isabs(path):
         raise ProgressFileError("not an absolute path")
     try:
-        fd = os.open(root + path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        ref = os.open(root + path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise ProgressFileError(f"cannot open: {exc.strerror or exc}") from None
     try:
-        st = os.fstat(fd)
+        st = os.fstat(ref)
         if not stat.S_ISREG(st.st_mode):
             raise ProgressFileError("not a regular file")
         if st.st_uid != uid:
             raise ProgressFileError(f"owned by uid {st.st_uid}, not the job's uid {uid}")
+        try:
+            fd = os.open(f"/proc/self/fd/{ref}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ProgressFileError(f"cannot open: {exc.strerror or exc}") from None
+    finally:
+        os.close(ref)
+    try:
+        st = os.fstat(fd)
         offset = max(0, st.st_size - max_bytes)
         try:
             data = os.pread(fd, max_bytes, offset)

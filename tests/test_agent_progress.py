@@ -97,8 +97,10 @@ def test_read_tail_refuses_symlinks_fifos_relative_paths_and_directories(tmp_pat
     target.write_text("1000 1\n")
     link = tmp_path / "link"
     link.symlink_to(target)
-    with pytest.raises(ProgressFileError, match="cannot open"):
+    with pytest.raises(ProgressFileError, match="not a regular file"):  # the link itself
         read_tail(str(link), UID)
+    with pytest.raises(ProgressFileError, match="not a regular file"):  # never really opened
+        read_tail("/dev/null", 0)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # no writer: a blocking open would hang the agent here
     with pytest.raises(ProgressFileError, match="not a regular file"):
