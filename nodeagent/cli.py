@@ -166,6 +166,8 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
             "qos": acc.qos,
             "partition": acc.partition,
             "gpus": [u.gpu.uuid for u in agent.job_gpu if u.job_id == job],
+            # from the job's SLURM_EXT_PROGRESS_FILE, as co-location would read it
+            "progress_per_s": agent.progress.rate(job, jp.cpu_by_proc, time.time()) if jp else None,
             "report": dataclasses.asdict(acc.report(agent.node, final=False)),
         }
     if as_json:
@@ -181,6 +183,7 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
     for job, j in doc["jobs"].items():
         click.echo(
             f"  job {job} ({j['class']}, {j['mapped_by']}) pids={j['pids']} gpus={j['gpus']}"
+            f" progress/s={j['progress_per_s']}"
         )
 
 

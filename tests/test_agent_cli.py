@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+
+import pytest
+
+from nodeagent.testing import _wait_exec
 
 AGENT = [sys.executable, "-m", "nodeagent.cli"]
 
@@ -56,3 +62,29 @@ def test_show_json_lists_gpus_and_nvml_state():
     r = run("show", "--backend", "nvml", "--json", "--wait", "0.1")
     doc = json.loads(r.stdout)
     assert doc["backend_error"] is None or doc["backend_error"].startswith("NVML unavailable")
+
+
+def test_show_reports_a_jobs_progress_rate(tmp_path):
+    """`show` prints the rate co-location would read from the job's progress file."""
+    progress = tmp_path / "progress"
+    now = time.time()
+    progress.write_text("".join(f"{now - 12 + i:.3f} {100 * i}\n" for i in range(13)))
+    env = dict(os.environ, SLURM_JOB_ID="777", SLURM_EXT_PROGRESS_FILE=str(progress))
+    child = subprocess.Popen(["sleep", "60"], env=env)
+    try:
+        _wait_exec(child.pid, "SLURM_JOB_ID=777")
+        procs = tmp_path / "procs.json"
+        procs.write_text(json.dumps([{"pid": child.pid, "gpu": 0, "sm_util": 0.5}]))
+        config = tmp_path / "agent.toml"
+        config.write_text(
+            f'state_file = ""\n[gpu]\nbackend = "simulated"\nsimulated_processes_file = "{procs}"\n'
+            '[jobs]\nsource = "environ"\n[report]\nenabled = false\n'
+        )
+        r = run("show", "--config", str(config), "--json", "--wait", "0.2")
+        assert r.returncode == 0, r.stderr
+        job = json.loads(r.stdout)["jobs"]["777"]
+        assert job["mapped_by"] == "environ" and job["pids"] == [child.pid]
+        assert job["progress_per_s"] == pytest.approx(100.0, rel=0.05)
+    finally:
+        child.kill()
+        child.wait()
