@@ -21,7 +21,7 @@ from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, place, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
-from slurm_ext.slurm.client import SlurmClient, SlurmError
+from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import sacct_completions
 from slurm_ext.store import DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
@@ -396,16 +396,20 @@ class Service:
             j: (stored[j].placement if j in stored else None) for j in by_id
         }
         if not self.dry_run:
-            for job_id, value in res.planned.items():
-                if self._write(res, self._set_value, job_id, value):
-                    written[job_id] = value
-            for job_id, nodes_ in placements.items():
-                if nodes_ != placed.get(job_id) and self._write(
-                    res, self._set_placement, job_id, nodes_
-                ):
-                    placed[job_id] = nodes_
-            if self.config.preemption == "requeue":
-                self._preempt(res, decisions, by_id, nodes, pins)
+            try:
+                written.update(self._write_values(res, res.planned))
+                for job_id, nodes_ in placements.items():
+                    if nodes_ != placed.get(job_id) and self._write(
+                        res, self._set_placement, job_id, nodes_
+                    ):
+                        placed[job_id] = nodes_
+                if self.config.preemption == "requeue":
+                    self._preempt(res, decisions, by_id, nodes, pins)
+            except SlurmUnavailable as exc:
+                # the rest would each wait for the same timeout; what was not recorded
+                # as written is written again next pass (same values: harmless)
+                res.errors += 1
+                log.warning("slurmctld stopped answering; writes resume next pass: %s", exc)
         res.placements = {j: p for j, p in placements.items() if p}
         fresh: dict[int, DecisionRecord] = {}
         for d in decisions:
@@ -486,11 +490,19 @@ class Service:
             return {j.job_id: j.priority for j in targets}
         return {j.job_id: (stored[j.job_id].value if j.job_id in stored else None) for j in targets}
 
-    def _set_value(self, job_id: int, value: int) -> None:
+    def _write_values(self, res: PassResult, planned: dict[int, int]) -> dict[int, int]:
+        """Write the planned values in one batch call; the ones that took."""
+        if not planned:
+            return {}
         if self.config.mode == "priority":
-            self.client.set_priority(job_id, value)
+            failed = self.client.set_priorities(planned)
         else:
-            self.client.set_site_factor(job_id, value)
+            failed = self.client.set_site_factors(planned)
+        for exc in failed.values():
+            log.warning("write failed, will retry next pass: %s", exc)
+        res.errors += len(failed)
+        res.writes += len(planned) - len(failed)
+        return {j: v for j, v in planned.items() if j not in failed}
 
     def _set_placement(self, job_id: int, nodes: tuple[str, ...] | None) -> None:
         self.client.set_placement(job_id, required_nodes=list(nodes or ()))
@@ -498,6 +510,8 @@ class Service:
     def _write(self, res: PassResult, fn, *args) -> bool:
         try:
             fn(*args)
+        except SlurmUnavailable:
+            raise
         except SlurmError as exc:
             res.errors += 1
             log.warning("write failed, will retry next pass: %s", exc)

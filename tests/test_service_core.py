@@ -388,3 +388,40 @@ def test_service_ranks_by_gpu_class_tables_from_its_store_as_the_simulator(tmp_p
         res = Service(cfg, ReplayClient(jobs, nodes), store).run_pass(2000.0)
         assert [d.job_id for d in res.decisions] == order
     store.close()
+
+
+def test_writes_stop_when_slurmctld_stops_answering_and_resume_next_pass(tmp_path):
+    """Batch writes: failures are named per job and retried; an outage mid-write aborts
+    the pass's writes (none recorded as written) instead of timing out job by job."""
+    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.slurm.client import JobNotFound, SlurmUnavailable
+    from slurm_ext.testing.replay import ReplayClient
+
+    class Flaky(ReplayClient):
+        def __init__(self, *a) -> None:
+            super().__init__(*a)
+            self.mode, self.calls = "down", []
+
+        def set_site_factors(self, values):
+            self.calls.append(dict(values))
+            if self.mode == "down":
+                raise SlurmUnavailable("scontrol", "Unable to contact slurm controller")
+            return {2: JobNotFound("scontrol update JobId=2", "Invalid job id")}
+
+    cfg = ServiceConfig(store=str(tmp_path / "s.db"), port=0, history_source="store")
+    store = Store(cfg.store)
+    jobs = [_job(1, "PENDING"), _job(2, "PENDING"), _job(3, "PENDING")]
+    client = Flaky(jobs, [Node("n1", gpus=4)])
+    svc = Service(cfg, client, store)
+    res = svc.run_pass(1000.0)
+    assert res.writes == 0 and res.errors == 1 and len(client.calls) == 1
+    assert all(d.value is None for d in store.decisions().values())
+    client.mode = "up"
+    res = svc.run_pass(1010.0)
+    assert sorted(client.calls[1]) == [1, 2, 3]  # all written again
+    assert res.writes == 2 and res.errors == 1
+    stored = store.decisions()
+    assert stored[2].value is None and stored[1].value is not None
+    res = svc.run_pass(1020.0)
+    assert client.calls[2] == {2: client.calls[1][2]}  # only the failed one, same value
+    store.close()

@@ -327,3 +327,23 @@ def test_recorded_squeue_22_05_record_maps():
         2,
     )
     assert job.nodes == ("node2", "node3") and job.requeue
+
+
+@pytest.mark.slurm
+def test_batched_site_factors_are_written_and_failures_named(clean_queue, client):
+    c = clean_queue
+    c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    ids = [c.sbatch("--gres=gpu:1", "-J", f"b{i}") for i in range(6)]  # pending, eligible
+    gone = 999_999  # never existed: one failure in the middle, one at the end
+    values = {ids[0]: 101, ids[1]: 102, gone: 7, ids[2]: 103}
+    values.update({j: 200 + k for k, j in enumerate(ids[3:])})
+    values[gone + 1] = 8
+    failed = client.set_site_factors(values)
+    assert sorted(failed) == [gone, gone + 1]
+    assert all(isinstance(e, JobNotFound) for e in failed.values())
+    sprio = c.run("sprio", "-h", "-o", "%i %S")
+    seen = {int(i): int(s) for i, s in (line.split() for line in sprio.splitlines())}
+    assert {j: seen[j] for j in ids} == {j: v for j, v in values.items() if j in ids}
+    # a batch without failures goes through in one scontrol
+    assert client.set_priorities({ids[0]: 5000, ids[1]: 4000}) == {}
+    assert _job(client, ids[0]).priority == 5000 and _job(client, ids[1]).priority == 4000

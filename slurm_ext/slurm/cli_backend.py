@@ -11,11 +11,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable, map_records
+from slurm_ext.slurm.client import (
+    JobNotFound,
+    SlurmError,
+    SlurmUnavailable,
+    map_records,
+    write_each,
+)
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
 
@@ -26,6 +32,7 @@ _UNAVAILABLE_HINTS = (
     "Zero Bytes were transmitted",
     "Communication connection failure",
 )
+BATCH = 500  # scontrol updates fed through one process
 _NOT_FOUND_HINTS = ("Invalid job id specified", "Job has already finished", "does not exist")
 
 
@@ -79,12 +86,13 @@ class CliSlurmClient:
             self._env.pop(var, None)
 
     # ---- plumbing -------------------------------------------------------------------
-    def _run(self, argv: list[str]) -> str:
+    def _run(self, argv: list[str], stdin: str | None = None) -> str:
         cmd = " ".join(argv)
         exe = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
         try:
             res = subprocess.run(
                 [exe, *argv[1:]],
+                input=stdin,
                 env=self._env,
                 capture_output=True,
                 text=True,
@@ -152,6 +160,30 @@ class CliSlurmClient:
 
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         self._update(job_id, SiteFactor=int(site_factor))
+
+    def set_priorities(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        return self._update_many("Priority", values)
+
+    def set_site_factors(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        return self._update_many("SiteFactor", values)
+
+    def _update_many(self, field: str, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        """One `scontrol` per BATCH jobs, its commands on stdin (~0.8 ms a job against
+        ~3.7 ms for a process each). scontrol runs every line and exits non-zero if any
+        failed without saying which line, so such a batch is written again one job at a
+        time (the same values: harmless) to name the failures."""
+        failed: dict[int, SlurmError] = {}
+        items = [(int(j), int(v)) for j, v in values.items()]
+        for i in range(0, len(items), BATCH):
+            chunk = items[i : i + BATCH]
+            script = "".join(f"update JobId={j} {field}={v}\n" for j, v in chunk)
+            try:
+                self._run(["scontrol"], stdin=script)
+            except SlurmUnavailable:
+                raise
+            except SlurmError:
+                failed.update(write_each(lambda j, v: self._update(j, **{field: v}), dict(chunk)))
+        return failed
 
     def set_nice(self, job_id: int, nice: int) -> None:
         self._update(job_id, Nice=int(nice))

@@ -8,7 +8,7 @@ Slurm releases distributions ship) and `PySlurmClient` (pyslurm >= 25.11). Calle
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from slurm_ext.model import Job, Node
@@ -47,6 +47,16 @@ class SlurmClient(Protocol):
     def set_priority(self, job_id: int, priority: int) -> None: ...
 
     def set_site_factor(self, job_id: int, site_factor: int) -> None: ...
+
+    def set_priorities(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        """`set_priority` for many jobs: the ones that failed, each with its error.
+        Raises SlurmUnavailable (nothing said of which were written) when slurmctld stops
+        answering; writing the same value again is harmless."""
+        ...
+
+    def set_site_factors(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        """`set_site_factor` for many jobs, as `set_priorities`."""
+        ...
 
     def set_nice(self, job_id: int, nice: int) -> None: ...
 
@@ -89,3 +99,19 @@ def map_records(
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             log.warning("%s: skipping unreadable %s %r: %s", source, what, ident(rec), exc)
     return out
+
+
+def write_each(
+    write: Callable[[int, int], None], values: Mapping[int, int]
+) -> dict[int, SlurmError]:
+    """One call per job; failures collected, SlurmUnavailable stops the loop (the rest
+    would only wait for the same timeout)."""
+    failed: dict[int, SlurmError] = {}
+    for job_id, value in values.items():
+        try:
+            write(job_id, value)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            failed[job_id] = exc
+    return failed

@@ -20,11 +20,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable, map_records
+from slurm_ext.slurm.client import (
+    JobNotFound,
+    SlurmError,
+    SlurmUnavailable,
+    map_records,
+    write_each,
+)
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
 
@@ -324,6 +330,12 @@ class PySlurmClient:
                 "use the CLI backend (scontrol update SiteFactor=0)",
             )
         self._modify(job_id, site_factor=int(site_factor))
+
+    def set_priorities(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        return write_each(self.set_priority, values)  # in-process RPCs: no batching to win
+
+    def set_site_factors(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
+        return write_each(self.set_site_factor, values)
 
     def set_nice(self, job_id: int, nice: int) -> None:
         if int(nice) == 0:

@@ -6,7 +6,7 @@ them: the service's pass can then be timed and checked without a slurmctld.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from slurm_ext.model import Job, Node
 
@@ -25,5 +25,10 @@ class ReplayClient:
     def _write(self, *args: object, **kwargs: object) -> None:
         self.writes += 1
 
+    def _write_many(self, values: Mapping[int, int]) -> dict:
+        self.writes += len(values)
+        return {}
+
     set_priority = set_site_factor = set_nice = set_placement = _write
+    set_priorities = set_site_factors = _write_many
     hold = release = suspend = resume = requeue = _write
