@@ -366,3 +366,12 @@ def test_client_skips_an_unreadable_record_like_the_cli_backend(
         jobs = PySlurmClient().jobs()
     assert sorted(j.job_id for j in jobs) == [1, 2, 3, 10, 11]
     assert "skipping unreadable job 99" in caplog.text
+
+
+def test_client_batch_writes_name_each_failure(stand_in: list[tuple[Any, ...]]) -> None:
+    client = PySlurmClient()
+    failed = client.set_site_factors({5: 250, 404: 7, 6: 0, 7: 300})
+    assert sorted(failed) == [6, 404]  # unknown job; site_factor 0 refused before any call
+    assert isinstance(failed[404], JobNotFound)
+    assert stand_in == [("modify", 5, {"site_factor": 250}), ("modify", 7, {"site_factor": 300})]
+    assert client.set_priorities({5: 1000}) == {}
