@@ -206,3 +206,21 @@ def test_solo_rate_learnt_once_per_pass_and_not_beside_an_opportunistic_job_else
     assert st.solo_rate[1] == pytest.approx(75.0) and st.solo_rate_n[1] == 2
     forget(st, set())
     assert st.solo_rate == {} and st.solo_rate_n == {}
+
+
+def test_eaco_withdraws_an_admission_the_measured_slowdown_exceeds():
+    """Admitted on a predicted 5 % slowdown; job 1 then runs at 0.57 of solo 0.60 (5 %:
+    kept), then at 0.50 (16.7 % > the 10 % bound: paused, though 0.50 is well above the
+    slow_fraction rule's 0.7 x 0.60 = 0.42)."""
+    st, pol = CoState(), Policy(slow_fraction=0.7, eaco=EacoModel(gpu_idle_w=100))
+    decide([view((1, G, 0.6), power=300.0)], st, pol)
+    assert decide([view((1, G, 0.6), (2, O, 0.2))], st, pol) == [] and st.admitted == {2}
+    assert decide([view((1, G, 0.57), (2, O, 0.2))], st, pol) == []
+    acts = decide([view((1, G, 0.5), (2, O, 0.3))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "eaco")]
+    assert "measured slowdown 0.167 above bound 0.100" in acts[0].reason
+    assert st.admitted == set() and st.paused == {2}
+    # refused from now on: it stays paused while job 1 is busy, resumes when it idles
+    assert decide([view((1, G, 0.6), (2, O, 0.0))], st, pol) == []
+    acts = decide([view((1, G, 0.0), (2, O, 0.0))], st, pol)
+    assert [(a.kind, a.job_id) for a in acts] == [("resume", 2)]
