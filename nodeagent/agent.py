@@ -199,6 +199,9 @@ class Agent:
         self.co_state.solo_util = {int(k): v for k, v in doc.get("solo_util", {}).items()}
         self.co_state.solo_rate = {int(k): v for k, v in doc.get("solo_rate", {}).items()}
         self.co_state.solo_rate_n = {int(k): v for k, v in doc.get("solo_rate_n", {}).items()}
+        # EaCO verdicts: a withdrawn admission must not be given again after a restart
+        self.co_state.admitted = {int(j) for j in doc.get("eaco_admitted", [])}
+        self.co_state.refused = {int(k): str(v) for k, v in doc.get("eaco_refused", {}).items()}
         for d in doc.get("paused", []):
             rec = PauseRecord.from_dict(d)
             ok = self.freezer.resume(rec)
@@ -227,6 +230,8 @@ class Agent:
             "solo_util": {str(k): v for k, v in self.co_state.solo_util.items()},
             "solo_rate": {str(k): v for k, v in self.co_state.solo_rate.items()},
             "solo_rate_n": {str(k): v for k, v in self.co_state.solo_rate_n.items()},
+            "eaco_admitted": sorted(self.co_state.admitted),
+            "eaco_refused": {str(k): v for k, v in self.co_state.refused.items()},
             "paused": [r.to_dict() for r in self.paused.values()],
         }
         try:

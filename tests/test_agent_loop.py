@@ -259,3 +259,16 @@ def test_gpu_lost_and_missing_energy_counter_do_not_stop_the_agent(tmp_path):
     agent.step()
     assert agent.gpu_energy_total[sim.uuid(1)] == pytest.approx(400.0)  # integrated power
     assert agent.error_counts["gpu"] >= 2
+
+
+def test_eaco_verdicts_survive_a_restart(tmp_path):
+    """A withdrawn EaCO admission must not be granted again by the next agent process."""
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    agent = make_agent(tmp_path, clock, sim)
+    agent.co_state.admitted = {7}
+    agent.co_state.refused = {8: "measured slowdown 0.400 above bound 0.100"}
+    agent.save_state()
+    again = make_agent(tmp_path, clock, sim)
+    assert again.co_state.admitted == {7}
+    assert again.co_state.refused == {8: "measured slowdown 0.400 above bound 0.100"}
