@@ -220,7 +220,8 @@ def test_priority_changes_the_start_order(clean_queue, client):
 @pytest.mark.slurm
 def test_site_factor_and_nice_are_written(clean_queue, client):
     c = clean_queue
-    c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    blocker = c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    wait_for(lambda: (j := _job(client, blocker)) and j.running, what="blocker running")
     job_id = c.sbatch("--gres=gpu:1", "-J", "sf")  # pending on resources, eligible
     client.set_site_factor(job_id, 5000)
     client.set_nice(job_id, 100)
@@ -332,7 +333,9 @@ def test_recorded_squeue_22_05_record_maps():
 @pytest.mark.slurm
 def test_batched_site_factors_are_written_and_failures_named(clean_queue, client):
     c = clean_queue
-    c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    blocker = c.sbatch("-N", "4", "--gres=gpu:4", "-J", "blocker")
+    # running first, so none of the 1-GPU jobs can start (sprio lists pending jobs only)
+    wait_for(lambda: (j := _job(client, blocker)) and j.running, what="blocker running")
     ids = [c.sbatch("--gres=gpu:1", "-J", f"b{i}") for i in range(6)]  # pending, eligible
     gone = 999_999  # never existed: one failure in the middle, one at the end
     values = {ids[0]: 101, ids[1]: 102, gone: 7, ids[2]: 103}
