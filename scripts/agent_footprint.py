@@ -8,18 +8,19 @@ Starts the agent as a child, waits, reads /proc/PID/stat and /proc/PID/status, s
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
 import time
 
+from nodeagent.cgroups import read_proc_stat
+
 
 def sample(pid: int) -> dict[str, float]:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {"cpu_s": (int(fields[11]) + int(fields[12])) / tick}
+    st = read_proc_stat(pid)
+    if st is None:
+        raise SystemExit(f"agent (pid {pid}) is gone")
+    out = {"cpu_s": st.cpu_s}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             key, _, value = line.partition(":")
