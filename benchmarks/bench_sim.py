@@ -54,7 +54,13 @@ def variants(base: PolicyConfig) -> list[tuple[str, PolicyConfig, dict]]:
         ("multifactor", replace(base, policy="multifactor"), {}),
         (
             "las-2q",
-            replace(base, policy="las", queue_thresholds_gpu_s=[3600.0], starvation_factor=0),
+            replace(
+                base,
+                policy="las",
+                queue_thresholds_gpu_s=[3600.0],
+                queue_gpu_exponent=0.0,
+                starvation_factor=0,
+            ),
             {},
         ),
         ("las", replace(base, policy="las"), {}),
@@ -140,9 +146,24 @@ def main() -> None:
         default=PolicyConfig().gittins_censored,
         help="PolicyConfig.gittins_censored (Kaplan-Meier with the active jobs censored)",
     )
+    ap.add_argument(
+        "--queue-gpu-exponent",
+        type=float,
+        default=PolicyConfig().queue_gpu_exponent,
+        help="PolicyConfig.queue_gpu_exponent (0: Tiresias' GPU-second queue limits)",
+    )
+    ap.add_argument(
+        "--starvation-factor",
+        type=float,
+        default=PolicyConfig().starvation_factor,
+        help="PolicyConfig.starvation_factor",
+    )
     args = ap.parse_args()
     base = PolicyConfig(
-        gittins_classes=args.gittins_classes, gittins_censored=args.gittins_censored
+        gittins_classes=args.gittins_classes,
+        gittins_censored=args.gittins_censored,
+        queue_gpu_exponent=args.queue_gpu_exponent,
+        starvation_factor=args.starvation_factor,
     )
     show = lambda rows: print(table(rows, markdown=args.markdown, columns=BENCH_COLUMNS) + "\n")  # noqa: E731
     if not args.speed_only:

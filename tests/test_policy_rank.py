@@ -8,6 +8,7 @@ import pytest
 from slurm_ext.config import ConfigError, from_dict
 from slurm_ext.model import JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, rank
+from slurm_ext.policy.ranking import key_change_after
 
 
 def ids(decisions):
@@ -24,7 +25,9 @@ def test_config_from_dict_validates_choices():
 
 
 def test_las_orders_by_queue_then_fifo():
-    cfg = PolicyConfig(policy="las", queue_thresholds_gpu_s=[100.0, 1000.0], min_run_s=0)
+    cfg = PolicyConfig(
+        policy="las", queue_thresholds_gpu_s=[100.0, 1000.0], min_run_s=0, queue_gpu_exponent=0
+    )
     jobs = [
         JobView(job_id=1, gpus=4, submit_time=0, attained_gpu_s=400),  # queue 1
         JobView(job_id=2, gpus=1, submit_time=5, attained_gpu_s=50),  # queue 0
@@ -37,6 +40,30 @@ def test_las_orders_by_queue_then_fifo():
     assert [x.queue for x in d] == [0, 0, 1, 1, 2]
     assert [x.rank for x in d] == [0, 1, 2, 3, 4]
     assert "queue 1 (attained 400 GPU-s >= 100)" in d[2].reason
+
+
+def test_queue_limits_stretch_with_the_jobs_width():
+    cfg = PolicyConfig(policy="las", queue_thresholds_gpu_s=[3600.0], min_run_s=0)
+    assert cfg.queue_gpu_exponent == 0.5
+    # 4 GPUs: the limit is 3600 x 4 ** 0.5 = 7200 GPU-s, so 7000 is still queue 0
+    wide = JobView(job_id=1, gpus=4, submit_time=5, attained_gpu_s=7000)
+    narrow = JobView(job_id=2, gpus=1, submit_time=0, attained_gpu_s=3700)  # queue 1
+    d = rank([wide, narrow], 10, cfg)
+    assert ids(d) == [1, 2] and [x.queue for x in d] == [0, 1]
+    assert "queue 0 (attained 7000 GPU-s < 7200, limits x 2 for 4 GPUs)" in d[0].reason
+    assert "queue 1 (attained 3700 GPU-s >= 3600)" in d[1].reason
+    # Tiresias' 2D rule (exponent 0): both past 3600 GPU-s, FIFO inside queue 1
+    tiresias = replace(cfg, queue_gpu_exponent=0.0)
+    d = rank([wide, narrow], 10, tiresias)
+    assert ids(d) == [2, 1] and [x.queue for x in d] == [1, 1]
+    # wall time (exponent 1): 7000 / 4 = 1750 s
+    assert rank([wide], 10, replace(cfg, queue_gpu_exponent=1.0))[0].queue == 0
+    # running at 4 GPUs, 200 GPU-s short of 7200: its key changes in 50 s
+    running = replace(wide, running=True, last_run_s=100)
+    assert key_change_after(running, 10, cfg, None) == pytest.approx(50.0)
+    assert key_change_after(replace(running, gpus=1), 10, cfg, None) == float("inf")
+    with pytest.raises(ConfigError, match="queue_gpu_exponent"):
+        from_dict(PolicyConfig, {"queue_gpu_exponent": 1.5}, None)
 
 
 def test_gittins_orders_inside_a_queue_by_index():
@@ -168,7 +195,9 @@ def test_promoted_job_gets_a_fresh_queue_zero_quantum():
     # promoted at 4950 GPU-s: 50 GPU-s since then, still queue 0, older -> first
     lifted = replace(base, promoted_at_gpu_s=4950)
     d = rank([lifted, fresh], 20, cfg)
-    assert ids(d) == [1, 2] and "attained 50 GPU-s since promotion < 100" in d[0].reason
+    assert ids(d) == [1, 2] and (
+        "attained 50 GPU-s since promotion < 141, limits x 1.41 for 2 GPUs" in d[0].reason
+    )
     # the quantum is used up once service since promotion passes the first threshold
     assert ids(rank([replace(lifted, promoted_at_gpu_s=4850), fresh], 20, cfg)) == [2, 1]
 

@@ -299,6 +299,31 @@ def test_example_service_toml_documents_the_defaults():
     assert load_config(ServiceConfig, path) == ServiceConfig()
 
 
+def test_example_service_toml_names_every_setting():
+    """Every field of the service's config (and its tables) appears in etc/service.toml,
+    set to its default or, where the default is unset, commented out with an example."""
+    import dataclasses
+    import re
+
+    from slurm_ext.service import ServiceConfig
+
+    text = (Path(__file__).resolve().parents[1] / "etc" / "service.toml").read_text()
+    sections = re.split(r"^\[(\w+)\]\s*$", text, flags=re.M)
+    by_table = {"": sections[0], **dict(zip(sections[1::2], sections[2::2], strict=True))}
+    missing = []
+    for f in dataclasses.fields(ServiceConfig):
+        value = getattr(ServiceConfig(), f.name)
+        if dataclasses.is_dataclass(value):
+            body = by_table.get(f.name, "")
+            names = [g.name for g in dataclasses.fields(value)]
+            missing += [
+                f"{f.name}.{n}" for n in names if not re.search(rf"^#? ?{n} = ", body, re.M)
+            ]
+        elif not re.search(rf"^#? ?{f.name} = ", by_table[""], re.M):
+            missing.append(f.name)
+    assert missing == []
+
+
 def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
     """A store error is logged and backed off like a Slurm outage; the loop goes on."""
     import threading

@@ -18,6 +18,12 @@ class PolicyConfig:
         a queue), fifo, multifactor (Slurm-like age + size), sjf / srtf (oracles).
     queue_thresholds_gpu_s: multi-level queue limits in attained GPU-seconds; a job with
         attained service >= thresholds[i] sits in queue i+1 or lower. Empty = one queue.
+    queue_gpu_exponent: how a job's width stretches the queue limits: a job with G GPUs
+        leaves queue i after thresholds[i] x G**e GPU-seconds. 0 is Tiresias' 2D rule
+        (GPU-seconds, so an 8-GPU job crosses each limit 8x sooner in wall time), 1 is
+        wall time (1D). Measured in the simulator, 0.5 (an 8-GPU job is demoted ~2.8x
+        sooner than a 1-GPU job, not 8x) loses fewer wide jobs to preemption churn under
+        overload; see docs/benchmarks.md.
     starvation_factor: Tiresias STARVELIMIT. A pending job that has run before is promoted
         to queue 0 once it has waited longer than this x its last run stint. 0 disables.
     history_window: completed jobs (GPU-seconds) kept for the Gittins distribution.
@@ -43,7 +49,8 @@ class PolicyConfig:
     queue_thresholds_gpu_s: list[float] = field(
         default_factory=lambda: [3600.0, 14400.0, 57600.0, 230400.0]
     )
-    starvation_factor: float = 20.0
+    queue_gpu_exponent: float = 0.5
+    starvation_factor: float = 40.0
     history_window: int = 5000
     min_run_s: float = 600.0
     gittins_grid_start_gpu_s: float = 60.0
@@ -58,6 +65,8 @@ class PolicyConfig:
         ts = list(self.queue_thresholds_gpu_s)
         if any(t <= 0 for t in ts) or ts != sorted(ts):
             raise ValueError("queue_thresholds_gpu_s must be positive and increasing")
+        if not 0.0 <= self.queue_gpu_exponent <= 1.0:
+            raise ValueError("queue_gpu_exponent must be between 0 and 1")
         if self.starvation_factor < 0:
             raise ValueError("starvation_factor must be >= 0")
         if self.history_window < 1:

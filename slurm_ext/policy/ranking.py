@@ -47,8 +47,16 @@ def build_table(
     return GittinsTable.from_samples([s for _, s in window], start, per_decade)
 
 
-def queue_of(attained_gpu_s: float, thresholds: Sequence[float]) -> int:
-    return bisect.bisect_right(thresholds, attained_gpu_s)
+def queue_scale(gpus: int, config: PolicyConfig) -> float:
+    """How much the queue limits stretch for a job of `gpus` GPUs (`queue_gpu_exponent`)."""
+    e = config.queue_gpu_exponent
+    return gpus**e if e and gpus > 1 else 1.0
+
+
+def queue_of(service_gpu_s: float, gpus: int, config: PolicyConfig) -> int:
+    return bisect.bisect_right(
+        config.queue_thresholds_gpu_s, service_gpu_s / queue_scale(gpus, config)
+    )
 
 
 def protected(job: JobView, config: PolicyConfig) -> bool:
@@ -115,18 +123,21 @@ def key_and_change(
     p = config.policy
     if p == "gittins" or p == "las":
         after = math.inf
+        thresholds = config.queue_thresholds_gpu_s
+        # queue_scale() inlined: the queue limits stretch by GPUs ** exponent
+        e = config.queue_gpu_exponent
+        scale = gpus**e if e and gpus > 1 else 1.0
         if running:
-            thresholds = config.queue_thresholds_gpu_s
             qs = attained_gpu_s
             if promoted_at_gpu_s is not None:
                 qs = attained_gpu_s - promoted_at_gpu_s
                 if not qs > 0.0:  # max(0.0, qs)
                     qs = 0.0
-            queue = bisect.bisect_right(thresholds, qs)
+            queue = bisect.bisect_right(thresholds, qs / scale)
             if prot == 0:
                 after = min_run_s - last_run_s
             if gpus > 0 and queue < len(thresholds):
-                t = (thresholds[queue] - qs) / gpus
+                t = (thresholds[queue] * scale - qs) / gpus
                 if t < after:
                     after = t
         else:
@@ -138,12 +149,12 @@ def key_and_change(
                 if now - since >= factor * last_run_s:
                     queue = 0
                 else:
-                    queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
+                    queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
                     after = since + factor * last_run_s - now
                     if not after > 0.0:  # max(0.0, after)
                         after = 0.0
             else:
-                queue = bisect.bisect_right(config.queue_thresholds_gpu_s, attained_gpu_s)
+                queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
             if table.classes is not None:
@@ -225,12 +236,14 @@ def explain(
         )
     p = config.policy
     if _uses_queues(config):
-        ts = config.queue_thresholds_gpu_s
+        scale = queue_scale(job.gpus, config)
+        ts = [t * scale for t in config.queue_thresholds_gpu_s]
         qs = queue_service(job)
-        q = queue_of(qs, ts)
+        q = queue_of(qs, job.gpus, config)
         since = " since promotion" if job.running and job.promoted_at_gpu_s is not None else ""
         where = f"queue {q} (attained {qs:.0f} GPU-s{since}"
-        where += f" >= {ts[q - 1]:.0f})" if q > 0 else f" < {ts[0]:.0f})" if ts else ")"
+        where += f" >= {ts[q - 1]:.0f}" if q > 0 else f" < {ts[0]:.0f}" if ts else ""
+        where += f", limits x {scale:.3g} for {job.gpus} GPUs)" if scale != 1.0 else ")"
         parts.append(where)
         if p == "gittins":
             if table is not None and table.samples:
