@@ -133,6 +133,9 @@ def main() -> None:
     ap.add_argument("--quality-only", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
     ap.add_argument("--loads", default="1.05", help="offered loads for the speed runs")
+    ap.add_argument(
+        "--quality-load", type=float, default=1.05, help="offered load of the synthetic traces"
+    )
     ap.add_argument("--sizes", default=None, help="job counts for the speed runs")
     ap.add_argument(
         "--gittins-classes",
@@ -182,14 +185,18 @@ def main() -> None:
         counts = args.jobs or ("10000,2000" if args.full else "3000")
         for n in (int(x) for x in counts.split(",")):
             for seed in (int(s) for s in args.seeds.split(",")):
-                print(f"synthetic Philly-like, {n} jobs, seed {seed}, 8 nodes x 8 GPUs, load 1.05")
+                load = args.quality_load
+                print(
+                    f"synthetic Philly-like, {n} jobs, seed {seed}, 8 nodes x 8 GPUs, load {load}"
+                )
                 rows = quality(
-                    synth_jobs(n, 64, load=1.05, seed=seed),
+                    synth_jobs(n, 64, load=load, seed=seed),
                     base,
                     SimConfig(nodes=8, gpus_per_node=8),
                 )
                 show(rows)
-                traces.append((f"{n:,} jobs, seed {seed}", rows))
+                name = f"{n:,} jobs, seed {seed}"
+                traces.append((name if load == 1.05 else f"{name}, load {load}", rows))
         print(summary(traces))
     if not args.quality_only:
         sizes = [10000, 20000, 50000, 100000] if args.full else [10000, 20000]
