@@ -70,10 +70,13 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=50_000)
     ap.add_argument("--running", type=int, default=5_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--gittins-classes", choices=("pooled", "gpus"), default=PolicyConfig().gittins_classes
+    )
     args = ap.parse_args()
     jobs, nodes, now = snapshot(args.pending, args.running)
     history = [random.Random(2).lognormvariate(8, 2) for _ in range(5000)]
-    policy = PolicyConfig()
+    policy = PolicyConfig(gittins_classes=args.gittins_classes)
     rows = []
 
     # (a) policy + diff on a snapshot whose records already exist
@@ -94,7 +97,9 @@ def main() -> None:
 
     # (b) whole passes through the service shell with the SQLite store
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = ServiceConfig(store=str(Path(tmp) / "s.db"), value_max=1_000_000_000, port=0)
+        cfg = ServiceConfig(
+            store=str(Path(tmp) / "s.db"), value_max=1_000_000_000, port=0, policy=policy
+        )
         client = ReplayClient(jobs, nodes)
         store = Store(cfg.store)
         store.add_completions(

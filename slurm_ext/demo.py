@@ -128,7 +128,10 @@ def main() -> int:
             f'interval_s = 2.0\nstore = "{root}/service.db"\nport = {port}\n'
             f'report_secret_file = "{secret}"\nplacement = true\npreemption = "requeue"\n'
             f'[slurm]\nbackend = "cli"\nslurm_conf = "{cluster.conf_path}"\n'
-            '[policy]\npolicy = "gittins"\nqueue_thresholds_gpu_s = [120.0, 1200.0]\nstarvation_factor = 4.0\nmin_run_s = 30.0\n'
+            # queue limits scaled to a one-minute demo: demoted after 20 s and 200 s of run
+            # (x GPUs in GPU-seconds: queue_gpu_exponent 1)
+            '[policy]\npolicy = "gittins"\nqueue_thresholds_gpu_s = [20.0, 200.0]\n'
+            "starvation_factor = 4.0\nmin_run_s = 30.0\n"
         )
         _say(f"starting the priority service: slurm-ext serve --config {config}")
         service = subprocess.Popen(

@@ -148,3 +148,37 @@ def test_grid_points_are_round_so_whole_gpu_seconds_do_not_spike_the_index():
     assert max(table.values) == pytest.approx(1 / 222)  # at 1778: 1 done / 222 GPU-s left
     table = GittinsTable.from_samples([100, 6000, 30000], start=60, per_decade=4)
     assert max(table.values) < 0.01
+
+
+def test_jobs_are_ordered_by_the_index_rounded_on_a_log_scale():
+    from slurm_ext.policy.gittins import ranking_index
+
+    assert ranking_index(0.0) == 0.0
+    # 10 steps per decade: 0.0499 and 0.0501 are one rank (10 ** -1.3), 0.04 the next below
+    assert ranking_index(0.0499) == ranking_index(0.0501) == pytest.approx(10**-1.3)
+    assert ranking_index(0.04) == pytest.approx(10**-1.4)
+    assert ranking_index(0.04) < ranking_index(0.0499)
+    table = GittinsTable.from_samples([100.0, 200.0, 300.0], 10.0, 4)
+    for a in (0.0, 150.0, 250.0):
+        assert table.step(a)[0] == ranking_index(table.index(a))
+
+
+def test_tables_a_hair_apart_do_not_reorder_jobs():
+    """Two GPU classes whose tables differ by one sample rank their fresh jobs as equals
+    (submit order), so a completion that nudges one table does not swap the classes."""
+    from slurm_ext.model import JobView
+    from slurm_ext.policy import PolicyConfig, rank
+
+    base = [(1, 100.0 * (1 + i % 37)) for i in range(400)]
+    cfg = PolicyConfig(queue_thresholds_gpu_s=[1e9], min_run_s=0, gittins_class_min_samples=200)
+    jobs = [
+        JobView(job_id=i, gpus=1 if i % 2 else 2, submit_time=float(i), attained_gpu_s=0)
+        for i in range(10)
+    ]
+    orders = set()
+    for extra in range(0, 400, 40):  # 2-GPU class: the same run times, 200 + a few more
+        history = base + [(2, 100.0 * (1 + i % 37)) for i in range(200 + extra // 40)]
+        table = rank(jobs, 10, cfg, history)
+        assert len({round(d.index, 12) for d in table}) == 2  # exact indices do differ
+        orders.add(tuple(d.job_id for d in table))
+    assert orders == {tuple(range(10))}

@@ -43,8 +43,9 @@ def test_las_orders_by_queue_then_fifo():
 
 
 def test_queue_limits_stretch_with_the_jobs_width():
-    cfg = PolicyConfig(policy="las", queue_thresholds_gpu_s=[3600.0], min_run_s=0)
-    assert cfg.queue_gpu_exponent == 0.5
+    cfg = PolicyConfig(
+        policy="las", queue_thresholds_gpu_s=[3600.0], min_run_s=0, queue_gpu_exponent=0.5
+    )
     # 4 GPUs: the limit is 3600 x 4 ** 0.5 = 7200 GPU-s, so 7000 is still queue 0
     wide = JobView(job_id=1, gpus=4, submit_time=5, attained_gpu_s=7000)
     narrow = JobView(job_id=2, gpus=1, submit_time=0, attained_gpu_s=3700)  # queue 1
@@ -196,10 +197,10 @@ def test_promoted_job_gets_a_fresh_queue_zero_quantum():
     lifted = replace(base, promoted_at_gpu_s=4950)
     d = rank([lifted, fresh], 20, cfg)
     assert ids(d) == [1, 2] and (
-        "attained 50 GPU-s since promotion < 141, limits x 1.41 for 2 GPUs" in d[0].reason
+        "attained 50 GPU-s since promotion < 200, limits x 2 for 2 GPUs" in d[0].reason
     )
     # the quantum is used up once service since promotion passes the first threshold
-    assert ids(rank([replace(lifted, promoted_at_gpu_s=4850), fresh], 20, cfg)) == [2, 1]
+    assert ids(rank([replace(lifted, promoted_at_gpu_s=4750), fresh], 20, cfg)) == [2, 1]
 
 
 def test_gittins_per_gpu_class_orders_differently_from_pooled():
@@ -211,6 +212,7 @@ def test_gittins_per_gpu_class_orders_differently_from_pooled():
         queue_thresholds_gpu_s=[1e6],
         min_run_s=0,
         gittins_grid_start_gpu_s=100.0,
+        gittins_classes="pooled",
         gittins_class_min_samples=2,
     )
     a = JobView(job_id=1, gpus=1, submit_time=0, attained_gpu_s=0)

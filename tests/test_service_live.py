@@ -28,7 +28,12 @@ def write_config(path: Path, cluster: LocalCluster, **extra: object) -> Path:
         "store": f'"{path.parent / "service.db"}"',
         "port": 0,
     }
-    policy: dict[str, object] = {"queue_thresholds_gpu_s": "[10.0]", "min_run_s": "0.0"}
+    # GPU-second queue limits (Tiresias' rule): the tests time their jobs by GPU-seconds
+    policy: dict[str, object] = {
+        "queue_thresholds_gpu_s": "[10.0]",
+        "queue_gpu_exponent": "0.0",
+        "min_run_s": "0.0",
+    }
     for key, value in extra.items():
         if key.startswith("policy_"):
             policy[key[7:]] = value
@@ -365,7 +370,7 @@ def test_requeue_preemption_only_touches_opted_in_jobs(clean_queue, tmp_path):
         lambda: all(squeue(c)[j][0] == "RUNNING" for j in opted + plain), what="old jobs running"
     )
     cli("serve", "--once", "--config", str(config))  # records their start
-    time.sleep(6)  # >= 24 GPU-s each, past 10 x 4 ** 0.5 = 20 (queue_gpu_exponent): queue 1
+    time.sleep(4)  # 16 GPU-s each: queue 1
     new = c.sbatch("-N1", "--gres=gpu:4", "-J", "new")
     res = cli("serve", "--once", "--config", str(config))
     assert "1 requeued" in res.stderr, res.stderr

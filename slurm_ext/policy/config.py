@@ -20,10 +20,10 @@ class PolicyConfig:
         attained service >= thresholds[i] sits in queue i+1 or lower. Empty = one queue.
     queue_gpu_exponent: how a job's width stretches the queue limits: a job with G GPUs
         leaves queue i after thresholds[i] x G**e GPU-seconds. 0 is Tiresias' 2D rule
-        (GPU-seconds, so an 8-GPU job crosses each limit 8x sooner in wall time), 1 is
-        wall time (1D). Measured in the simulator, 0.5 (an 8-GPU job is demoted ~2.8x
-        sooner than a 1-GPU job, not 8x) loses fewer wide jobs to preemption churn under
-        overload; see docs/benchmarks.md.
+        (GPU-seconds, so an 8-GPU job crosses each limit 8x sooner in wall time), 1 (the
+        default) is run time: the limits read as seconds a job has run, whatever its
+        width, and the width enters through the per-width Gittins index instead
+        (gittins_classes = "gpus"). See docs/benchmarks.md for the measurements.
     starvation_factor: Tiresias STARVELIMIT. A pending job that has run before is promoted
         to queue 0 once it has waited longer than this x its last run stint. 0 disables.
     history_window: completed jobs (GPU-seconds) kept for the Gittins distribution.
@@ -32,10 +32,11 @@ class PolicyConfig:
     gittins_grid_start_gpu_s / gittins_grid_per_decade: the Gittins index is tabulated on
         a geometric grid of attained service and read as a step function, so a job's
         index only changes when it crosses a grid point (cheap to cache, stable order).
-    gittins_classes: "pooled" (one GPU-time distribution, as Tiresias) or "gpus" (one per
-        GPU-count class: 1, 2, 3-4, 5-8, 9-16, ...; a job reads its class's index, or the
-        pooled one while its class has fewer than gittins_class_min_samples completions
-        in the history window).
+    gittins_classes: "gpus" (one GPU-time distribution per GPU-count class: 1, 2, 3-4,
+        5-8, 9-16, ...; a job reads its class's index, or the pooled one while its class
+        has fewer than gittins_class_min_samples completions in the history window) or
+        "pooled" (one distribution for all jobs, as Tiresias). A wide job's GPU-time is
+        larger in distribution, which only per-width tables can see.
     gittins_censored: estimate the GPU-time distribution by Kaplan-Meier from the completed
         jobs in the window plus the attained service of the active jobs (running or
         pending) as right-censored observations (S > attained), instead of from the
@@ -49,13 +50,13 @@ class PolicyConfig:
     queue_thresholds_gpu_s: list[float] = field(
         default_factory=lambda: [3600.0, 14400.0, 57600.0, 230400.0]
     )
-    queue_gpu_exponent: float = 0.5
-    starvation_factor: float = 40.0
+    queue_gpu_exponent: float = 1.0
+    starvation_factor: float = 160.0
     history_window: int = 5000
-    min_run_s: float = 600.0
+    min_run_s: float = 1200.0
     gittins_grid_start_gpu_s: float = 60.0
     gittins_grid_per_decade: int = 4
-    gittins_classes: str = choices("pooled", "gpus", default="pooled")
+    gittins_classes: str = choices("pooled", "gpus", default="gpus")
     gittins_class_min_samples: int = 200
     gittins_censored: bool = False
     multifactor_age_weight: float = 10.0

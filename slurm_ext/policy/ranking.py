@@ -249,7 +249,8 @@ def explain(
             if table is not None and table.samples:
                 own = table.for_gpus(job.gpus)
                 of = f" with {class_label(gpu_class(job.gpus))}" if own is not table else ""
-                parts.append(f"gittins {-key[2]:.3g} ({own.samples} completed jobs{of})")
+                exact = own.index(job.attained_gpu_s)
+                parts.append(f"gittins {exact:.3g} ({own.samples} completed jobs{of})")
             else:
                 parts.append("no history yet: 2D-LAS order")
         if promoted(job, now, config):
@@ -272,6 +273,18 @@ def explain(
     return "; ".join(parts)
 
 
+def _reported_index(
+    job: JobView, key: Key, config: PolicyConfig, table: GittinsTable | None
+) -> float:
+    """Decision.index: the exact Gittins index (the key holds it rounded, see
+    `gittins.ranking_index`), else the key's score."""
+    if config.policy != "gittins":
+        return key[2]
+    if table is None or not table.samples:
+        return -key[2]
+    return table.for_gpus(job.gpus).index(job.attained_gpu_s)
+
+
 def rank(
     jobs: Sequence[JobView], now: float, config: PolicyConfig, history: History = None
 ) -> list[Decision]:
@@ -291,7 +304,7 @@ def rank(
             job_id=j.job_id,
             rank=i,
             queue=k[1],
-            index=-k[2] if config.policy == "gittins" else k[2],
+            index=_reported_index(j, k, config, table),
             promoted=_uses_queues(config) and promoted(j, now, config),
             reason=explain(j, k, now, config, table),
         )
