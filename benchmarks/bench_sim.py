@@ -70,6 +70,10 @@ def variants(base: PolicyConfig) -> list[tuple[str, PolicyConfig, dict]]:
     ]
 
 
+# PolicyConfig knobs the command line can set (--queue-gpu-exponent 0 is Tiresias' GPU-second
+# queue limits; the SRTF oracle takes its own best min_run_s, see below)
+FLOAT_KNOBS = ("queue_gpu_exponent", "starvation_factor", "min_run_s")
+
 # The SRTF oracle is the best of these protections (and the config's own) on each trace,
 # so that the gittins / SRTF ratio does not move with the min_run_s chosen for gittins.
 ORACLE_MIN_RUN_S = (0.0, 300.0, 600.0, 1200.0)
@@ -166,31 +170,19 @@ def main() -> None:
         default=PolicyConfig().gittins_censored,
         help="PolicyConfig.gittins_censored (Kaplan-Meier with the active jobs censored)",
     )
-    ap.add_argument(
-        "--queue-gpu-exponent",
-        type=float,
-        default=PolicyConfig().queue_gpu_exponent,
-        help="PolicyConfig.queue_gpu_exponent (0: Tiresias' GPU-second queue limits)",
-    )
-    ap.add_argument(
-        "--starvation-factor",
-        type=float,
-        default=PolicyConfig().starvation_factor,
-        help="PolicyConfig.starvation_factor",
-    )
-    ap.add_argument(
-        "--min-run-s",
-        type=float,
-        default=PolicyConfig().min_run_s,
-        help="PolicyConfig.min_run_s (the SRTF oracle takes its best of 0/300/600/1200)",
-    )
+    defaults = PolicyConfig()
+    for name in FLOAT_KNOBS:
+        ap.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            default=getattr(defaults, name),
+            help=f"PolicyConfig.{name} (default: the default config's)",
+        )
     args = ap.parse_args()
     base = PolicyConfig(
         gittins_classes=args.gittins_classes,
         gittins_censored=args.gittins_censored,
-        queue_gpu_exponent=args.queue_gpu_exponent,
-        starvation_factor=args.starvation_factor,
-        min_run_s=args.min_run_s,
+        **{name: getattr(args, name) for name in FLOAT_KNOBS},
     )
     show = lambda rows: print(table(rows, markdown=args.markdown, columns=BENCH_COLUMNS) + "\n")  # noqa: E731
     if not args.speed_only:
