@@ -144,6 +144,7 @@ def speed(
 
 
 def main() -> None:
+    defaults = PolicyConfig()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="10k-job synthetic traces, speed to 100k")
     ap.add_argument("--seeds", default="1,2,3,4,5,6", help="synthetic trace seeds")
@@ -161,16 +162,15 @@ def main() -> None:
     ap.add_argument(
         "--gittins-classes",
         choices=("pooled", "gpus"),
-        default=PolicyConfig().gittins_classes,
+        default=defaults.gittins_classes,
         help="PolicyConfig.gittins_classes (default: the default config's)",
     )
     ap.add_argument(
         "--gittins-censored",
         action="store_true",
-        default=PolicyConfig().gittins_censored,
+        default=defaults.gittins_censored,
         help="PolicyConfig.gittins_censored (Kaplan-Meier with the active jobs censored)",
     )
-    defaults = PolicyConfig()
     for name in FLOAT_KNOBS:
         ap.add_argument(
             "--" + name.replace("_", "-"),

@@ -19,26 +19,23 @@ import pickle
 from dataclasses import replace
 from multiprocessing import Pool
 
+from bench_sim import ORACLE_MIN_RUN_S, run_one  # this directory (run as a script)
+
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.sim.metrics import summarize
+from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.synth import synth_jobs
 
 TUNING = [(10000, 1.05, s) for s in range(1, 13)]
 TUNING += [(10000, load, s) for load in (1.0, 1.1) for s in range(1, 7)]
 HELD_OUT = [(10000, 1.05, s) for s in range(13, 25)] + [(10000, 1.1, s) for s in range(7, 13)]
 HELD_OUT += [(2000, 1.05, s) for s in range(1, 13)]
-ORACLE_MIN_RUN_S = (0.0, 300.0, 600.0, 1200.0)
 
 
 def avg_jct(args: tuple[tuple[int, float, int], tuple]) -> tuple[tuple, float]:
     (n, load, seed), settings = args
-    sim = Simulator(
-        synth_jobs(n, 64, load=load, seed=seed),
-        replace(PolicyConfig(), **dict(settings)),
-        SimConfig(nodes=8, gpus_per_node=8),
-    )
-    return args, summarize(sim.run(), sim.total_gpus, sim.preemptions)["avg_jct_s"]
+    trace = synth_jobs(n, 64, load=load, seed=seed)
+    cfg = replace(PolicyConfig(), **dict(settings))
+    return args, run_one(trace, cfg, SimConfig(nodes=8, gpus_per_node=8))["avg_jct_s"]
 
 
 def main() -> None:

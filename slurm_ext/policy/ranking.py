@@ -225,6 +225,18 @@ def key_change_after(
     return _key_and_change(job, now, config, table)[1]
 
 
+def _reported_index(
+    job: JobView, key: Key, config: PolicyConfig, table: GittinsTable | None
+) -> float:
+    """Decision.index: the exact Gittins index (the key holds it rounded, see
+    `gittins.ranking_index`), else the key's score."""
+    if config.policy != "gittins":
+        return key[2]
+    if table is None or not table.samples:
+        return -key[2]
+    return table.for_gpus(job.gpus).index(job.attained_gpu_s)
+
+
 def explain(
     job: JobView, key: Key, now: float, config: PolicyConfig, table: GittinsTable | None
 ) -> str:
@@ -249,7 +261,7 @@ def explain(
             if table is not None and table.samples:
                 own = table.for_gpus(job.gpus)
                 of = f" with {class_label(gpu_class(job.gpus))}" if own is not table else ""
-                exact = own.index(job.attained_gpu_s)
+                exact = _reported_index(job, key, config, table)
                 parts.append(f"gittins {exact:.3g} ({own.samples} completed jobs{of})")
             else:
                 parts.append("no history yet: 2D-LAS order")
@@ -271,18 +283,6 @@ def explain(
     else:
         parts.append(f"oracle srtf: true remaining {key[2]:.0f} GPU-s")
     return "; ".join(parts)
-
-
-def _reported_index(
-    job: JobView, key: Key, config: PolicyConfig, table: GittinsTable | None
-) -> float:
-    """Decision.index: the exact Gittins index (the key holds it rounded, see
-    `gittins.ranking_index`), else the key's score."""
-    if config.policy != "gittins":
-        return key[2]
-    if table is None or not table.samples:
-        return -key[2]
-    return table.for_gpus(job.gpus).index(job.attained_gpu_s)
 
 
 def rank(
