@@ -1,3 +1,5 @@
 """Node agent: per-GPU and per-job utilisation and energy, Prometheus, co-location."""
 
-__version__ = "0.1.0"
+from slurm_ext import __version__  # one version for the whole distribution
+
+__all__ = ["__version__"]
