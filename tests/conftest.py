@@ -12,21 +12,57 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.testing.cluster import LocalCluster
+from slurm_ext.testing.cluster import LocalCluster, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
+# The Slurm releases the live tests run on: Debian 12's, and 25.11 built from the vendored
+# source by scripts/install-slurm2511.sh (its tests skip, saying why, when it is not built).
+SLURM_VERSIONS = ["22.05", "25.11"]
+
+
+def cluster_options(version: str) -> dict:
+    """LocalCluster keyword arguments for a Slurm release; skips when it is not installed."""
+    if version == "22.05":
+        return {}
+    prefix, why = slurm2511_prefix()
+    if prefix is None:
+        pytest.skip(why)
+    return {"prefix": prefix}
+
+
+def gres(version: str, text: str) -> str:
+    """A TRES string as `version` spells it: 22.05 `gres:gpu:2`, 23.02+ `gres/gpu:2`."""
+    return text if version == "22.05" else text.replace("gres:", "gres/")
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[LocalCluster]:
-    """One 4-node x 4-GPU cluster for the session; tests cancel their own jobs."""
+    """One 4-node x 4-GPU cluster for the session (Debian's Slurm); tests cancel their jobs."""
     cluster = LocalCluster(nodes=4, gpus_per_node=4, cpus_per_node=16)
     cluster.start()
     try:
         yield cluster
     finally:
         cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def slurm2511_cluster() -> Iterator[LocalCluster]:
+    """The same cluster on Slurm 25.11 built from source; skips when it is not built."""
+    cluster = LocalCluster(nodes=4, gpus_per_node=4, cpus_per_node=16, **cluster_options("25.11"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture(params=SLURM_VERSIONS)
+def any_slurm(request: pytest.FixtureRequest) -> LocalCluster:
+    """The session cluster of each Slurm release in turn."""
+    name = "slurm_cluster" if request.param == "22.05" else "slurm2511_cluster"
+    return request.getfixturevalue(name)
 
 
 @pytest.fixture
