@@ -6,12 +6,14 @@ these tests is the real slurmctld.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from slurm_ext.slurm import CliSlurmClient, SlurmClient
 from slurm_ext.testing.cluster import LocalCluster, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,11 +60,36 @@ def slurm2511_cluster() -> Iterator[LocalCluster]:
         cluster.cleanup()
 
 
-@pytest.fixture(params=SLURM_VERSIONS)
-def any_slurm(request: pytest.FixtureRequest) -> LocalCluster:
-    """The session cluster of each Slurm release in turn."""
-    name = "slurm_cluster" if request.param == "22.05" else "slurm2511_cluster"
-    return request.getfixturevalue(name)
+# (Slurm release, backend) pairs the live contract and service tests run on: the CLI
+# backend on both releases, pyslurm on 25.11 (pyslurm 25.11 is built against it).
+LIVE_BACKENDS = ["22.05-cli", "25.11-cli", "25.11-pyslurm"]
+
+
+def session_cluster(request: pytest.FixtureRequest, version: str) -> LocalCluster:
+    return request.getfixturevalue("slurm_cluster" if version == "22.05" else "slurm2511_cluster")
+
+
+def live_client(cluster: LocalCluster, backend: str) -> SlurmClient:
+    """A client of `backend` for `cluster`; skips pyslurm when it is not installed."""
+    if backend == "cli":
+        return CliSlurmClient(
+            slurm_conf=str(cluster.conf_path), timeout=20, bin_dir=cluster.bin_dir
+        )
+    if importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (scripts/install-slurm2511.sh builds it)")
+    from slurm_ext.slurm.pyslurm_backend import PySlurmClient
+
+    return PySlurmClient(slurm_conf=str(cluster.conf_path), bin_dir=cluster.bin_dir)
+
+
+@pytest.fixture(params=LIVE_BACKENDS)
+def live(request: pytest.FixtureRequest) -> Iterator[tuple[LocalCluster, SlurmClient]]:
+    """(a session cluster with an empty queue, a client) for each release and backend."""
+    version, backend = request.param.split("-")
+    cluster = session_cluster(request, version)
+    _cancel_all(cluster)
+    yield cluster, live_client(cluster, backend)
+    _cancel_all(cluster)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Contract tests: the CLI backend against a real slurmctld, plus its parsing edge cases."""
+"""Contract tests: each backend against a real slurmctld (the CLI backend on 22.05 and
+25.11, pyslurm on 25.11; see conftest.LIVE_BACKENDS), plus the CLI's parsing edge cases."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import LIVE_BACKENDS, cluster_options, live_client, session_cluster, wait_for
 
 from slurm_ext.model import JobState
 from slurm_ext.slurm.cli_backend import CliSlurmClient, job_from_squeue, node_from_sinfo
@@ -140,11 +141,17 @@ def test_slow_slurm_times_out_bounded(tmp_path):
 
 
 @pytest.fixture
-def client(clean_queue: LocalCluster) -> CliSlurmClient:
-    return CliSlurmClient(slurm_conf=str(clean_queue.conf_path), timeout=20)
+def clean_queue(live: tuple[LocalCluster, SlurmClient]) -> LocalCluster:
+    """This module's live tests run once per (release, backend): the cluster of `live`."""
+    return live[0]
 
 
-def _job(client: CliSlurmClient, job_id: int):
+@pytest.fixture
+def client(live: tuple[LocalCluster, SlurmClient]) -> SlurmClient:
+    return live[1]
+
+
+def _job(client: SlurmClient, job_id: int):
     return next((j for j in client.jobs() if j.job_id == job_id), None)
 
 
@@ -286,26 +293,40 @@ def test_suspend_resume_requeue(clean_queue, client):
 
 @pytest.mark.slurm
 def test_unknown_job_is_job_not_found(client):
-    with pytest.raises(JobNotFound, match="scontrol update JobId=9999999"):
+    with pytest.raises(JobNotFound, match="9999999"):
         client.set_priority(9999999, 10)
-    with pytest.raises(JobNotFound):
-        client.hold(9999999)
+    for write in (client.hold, client.release, client.suspend, client.resume, client.requeue):
+        with pytest.raises(JobNotFound):
+            write(9999999)
 
 
 @pytest.mark.slurm
-def test_controller_down_raises_unavailable_quickly(tmp_path):
-    with LocalCluster(nodes=1, gpus_per_node=1, root=tmp_path / "c") as c:
-        client = CliSlurmClient(slurm_conf=str(c.conf_path), timeout=20)
-        assert len(client.nodes()) == 1
+@pytest.mark.parametrize("case", LIVE_BACKENDS)
+def test_controller_down_raises_unavailable_quickly(request, tmp_path, case):
+    version, backend = case.split("-")
+    if backend == "pyslurm":
+        # pyslurm reads one slurm.conf per process: stop and restart the session cluster's
+        c = session_cluster(request, version)
+        own = None
+    else:
+        own = c = LocalCluster(
+            nodes=1, gpus_per_node=1, root=tmp_path / "c", **cluster_options(version)
+        ).start()
+    try:
+        client = live_client(c, backend)
+        assert len(client.nodes()) == c.nodes
         c.stop_slurmctld()
         t0 = time.monotonic()
         with pytest.raises(SlurmUnavailable) as info:
             client.jobs()
         elapsed = time.monotonic() - t0
-        assert "squeue --json" in str(info.value)
+        assert ("squeue --json" if backend == "cli" else "pyslurm.Jobs.load()") in str(info.value)
         assert elapsed < 25, elapsed
         c.start_slurmctld()
         wait_for(lambda: _safe_nodes(client), timeout=30, what="controller back")
+    finally:
+        if own is not None:
+            own.cleanup()
 
 
 def _safe_nodes(client):
