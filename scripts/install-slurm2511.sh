@@ -4,11 +4,12 @@
 # tests find the prefix through the file .venv/slurm2511-prefix this script writes (or
 # $SLURM_EXT_SLURM2511_PREFIX). Measured on a 2-core machine shared with other work:
 # Slurm configure+deps 48 s, make 144 s, install 19 s; pyslurm 153 s.
-# Usage: scripts/install-slurm2511.sh [tarball]   (default: ../shared/vendor/slurm-25.11.2.tar.gz)
+# Usage: scripts/install-slurm2511.sh [tarball]   (default: $SLURM_EXT_SLURM_TARBALL, else
+# the vendored copy in shared/vendor beside the checkout, as the project's CI lays it out)
 # Env: SLURM_EXT_SLURM_CACHE (default /var/cache/slurm-ext), WITH_PYSLURM=0 to skip pyslurm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TARBALL=${1:-../shared/vendor/slurm-25.11.2.tar.gz}
+TARBALL=${1:-${SLURM_EXT_SLURM_TARBALL:-$(dirname "$PWD")/shared/vendor/slurm-25.11.2.tar.gz}}
 [ -f "$TARBALL" ] || { echo "no Slurm tarball at $TARBALL: the 25.11 tests will be skipped" >&2; exit 0; }
 CACHE=${SLURM_EXT_SLURM_CACHE:-/var/cache/slurm-ext}
 SHA=$(sha256sum "$TARBALL" | cut -c1-12)

@@ -37,8 +37,8 @@ def slurm2511_prefix() -> tuple[Path | None, str]:
         text = SLURM2511_PREFIX_FILE.read_text().strip()
     if not text:
         return None, (
-            "Slurm 25.11 is not built: run scripts/install-slurm2511.sh (needs "
-            "../shared/vendor/slurm-25.11.2.tar.gz) or set SLURM_EXT_SLURM2511_PREFIX"
+            "Slurm 25.11 is not built: run scripts/install-slurm2511.sh (needs the "
+            "Slurm 25.11.2 source tarball) or set SLURM_EXT_SLURM2511_PREFIX"
         )
     prefix = Path(text)
     if not (prefix / "sbin" / "slurmctld").exists():
