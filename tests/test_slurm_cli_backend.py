@@ -192,6 +192,32 @@ def test_submitted_jobs_read_back(clean_queue, client):
     assert sum(used.values()) == 10
 
 
+SPELLINGS = [
+    ["--gpus=2"],
+    ["--gres=gpu:2"],
+    ["--gpus-per-node=2"],
+    ["--gpus-per-task=1", "-n", "2"],
+]
+
+
+@pytest.mark.slurm
+def test_every_gpu_spelling_reads_back_running_and_pending(clean_queue, client):
+    """2 GPUs asked four ways, running and held; nodes' GPUs against sinfo's GresUsed."""
+    c = clean_queue
+    running = [c.sbatch(*args, "-J", "run") for args in SPELLINGS]
+    held = [c.sbatch(*args, "--hold", "-J", "held") for args in SPELLINGS]
+    wait_for(
+        lambda: all((j := _job(client, r)) and j.running for r in running), what="jobs running"
+    )
+    jobs = {j.job_id: j for j in client.jobs()}
+    assert [jobs[r].gpus for r in running] == [2, 2, 2, 2]
+    assert [jobs[h].gpus for h in held] == [2, 2, 2, 2]
+    out = c.run("sinfo", "-N", "-h", "-O", "NodeList:|,GresUsed:|")
+    slurm_says = {p[0]: parse_gpus(p[1])[0] for p in (ln.split("|") for ln in out.splitlines())}
+    assert {n.name: n.gpus_alloc for n in client.nodes()} == slurm_says
+    assert sum(slurm_says.values()) == 8
+
+
 @pytest.mark.slurm
 def test_priority_changes_the_start_order(clean_queue, client):
     """Pending whole-cluster jobs start one at a time in the priority order we set."""
@@ -237,7 +263,17 @@ def test_site_factor_and_nice_are_written(clean_queue, client):
     sprio = c.run("sprio", "-h", "-j", str(job_id), "-o", "%i %S")
     assert sprio.split() == [str(job_id), "5000"]
     # every multifactor weight is 0 in the harness, so priority = site factor - nice
-    assert _job(client, job_id).priority == 5000 - 100
+    job = _job(client, job_id)
+    assert (job.priority, job.site_factor, job.nice) == (5000 - 100, 5000, 100)
+    client.set_site_factor(job_id, 0)  # zeroes too (pyslurm alone would drop them)
+    client.set_nice(job_id, 0)
+    assert sprio_site(c, job_id) == 0 and "Nice=0" in c.run("scontrol", "show", "job", str(job_id))
+    job = _job(client, job_id)
+    assert (job.site_factor, job.nice) == (0, 0)
+
+
+def sprio_site(c: LocalCluster, job_id: int) -> int:
+    return int(c.run("sprio", "-h", "-j", str(job_id), "-o", "%S").split()[0])
 
 
 @pytest.mark.slurm
