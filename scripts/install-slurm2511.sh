@@ -18,6 +18,9 @@ DEPS="build-essential pkg-config python3-dev munge libmunge-dev libjson-c-dev li
   libhttp-parser-dev libjwt-dev liblua5.3-dev libpam0g-dev libhwloc-dev libdbus-1-dev
   liblz4-dev libmariadb-dev"
 t0=$(date +%s)
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build.lock"
+flock 9  # one build per machine at a time; a second run waits, then finds it built
 if [ ! -f "$PREFIX/.complete" ]; then
   missing=""
   for p in $DEPS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
@@ -27,7 +30,6 @@ if [ ! -f "$PREFIX/.complete" ]; then
     apt-get -o DPkg::Lock::Timeout=600 update -qq
     apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing >/dev/null
   fi
-  mkdir -p "$CACHE"
   BUILD=$(mktemp -d "$CACHE/build.XXXXXX")
   trap 'rm -rf "$BUILD"' EXIT
   tar -xzf "$TARBALL" -C "$BUILD"

@@ -225,6 +225,13 @@ def test_lua_error_fails_open_with_one_log_line(lua: str, tmp_path) -> None:
     assert rc == "0" and n_logged == "1" and "hook error" in line and "boom" in line
 
 
+@pytest.mark.parametrize("lua", lua_interpreters())
+def test_log_line_prints_the_uid_as_an_integer(lua: str, tmp_path) -> None:
+    hook = render_hook(tmp_path / "missing.tsv")
+    [(line,)] = run_driver(lua, [("submit_uid", "1000")], hook_source=hook)
+    assert line.startswith("slurm-ext hook uid=1000: unchanged"), line
+
+
 def test_render_hook_refuses_unsafe_settings() -> None:
     for bad in ('/x"; os.exit(1) --', "relative/path", "/a b", "/a\nb"):
         with pytest.raises(ValueError, match="table_path"):

@@ -60,6 +60,11 @@ for line in io.lines() do
                                                          gpus_per_node = tonumber(f[13]) or 0 })
       out = { changes.tres_per_node or false, changes.cpus_per_tres or false, note, reason }
     end
+  elseif mode == "submit_uid" then
+    -- slurmctld pushes the uid as a Lua number: a float under 5.3 (1000.0)
+    slurm.logged = {}
+    slurm_job_submit({}, {}, tonumber(f[2]) + 0.0)
+    out = { slurm.logged[#slurm.logged] or "" }
   elseif mode == "submit_error" then
     -- a job_desc whose every field read raises: the hook must accept it and log one line
     local job_desc = setmetatable({}, { __index = function() error("boom") end })
