@@ -26,6 +26,10 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_ext.policy.kinds import KindTables
 
 
 def gittins_index(sorted_samples: Sequence[float], attained: float) -> float:
@@ -184,6 +188,8 @@ class GittinsTable:
     samples: int
     # per GPU class (`gpu_class`) with enough samples: its own table; None: pooled only
     classes: dict[int, GittinsTable] | None = field(default=None, compare=False)
+    # per job kind and time limit (policy.kinds); None: classes and pooled only
+    kinds: KindTables | None = field(default=None, compare=False, repr=False)
     ranked: tuple[float, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
