@@ -394,7 +394,9 @@ class Service:
         history = self.store.history_kinds(self.config.policy.history_window)
         active = [j for j in jobs if j.state.active and self.managed(j)]
         views = [job_view(j, records[j.job_id], now) for j in active]
-        decisions = rank(views, now, self.config.policy, history or None)
+        # gittins_index "auto": the whole-job index unless this service preempts
+        policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
+        decisions = rank(views, now, policy, history or None)
         res.decisions, res.ranked = decisions, len(decisions)
         self._promoted = {d.job_id for d in decisions if d.promoted}
         by_id = {j.job_id: j for j in active}

@@ -198,7 +198,9 @@ def test_heavy_tailed_trace_policy_ordering():
         sim = Simulator(trace, PolicyConfig(policy=p), cl)
         avg[p] = summarize(sim.run(), 64, sim.preemptions)["avg_jct_s"]
     assert avg["gittins"] < 0.9 * avg["fifo"] and avg["las"] < 0.9 * avg["fifo"]
-    assert avg["srtf"] < avg["gittins"] < 1.3 * avg["srtf"]
+    # the oracle bounds them up to restart costs (synth_jobs' random users give the
+    # conditioned index noise-level groups: within 1% of the oracle on this trace)
+    assert 0.99 * avg["srtf"] < avg["gittins"] < 1.3 * avg["srtf"] and avg["srtf"] < avg["las"]
 
 
 def test_consolidated_clearing_evicts_the_lowest_ranked_jobs():

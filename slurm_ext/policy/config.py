@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices
 from slurm_ext.policy.kinds import parse_level
@@ -50,6 +50,13 @@ class PolicyConfig:
         the history window (policy/kinds.py). Empty: GPU class and pooled only.
     gittins_time_limit: truncate the distribution a job's index reads at its time limit
         x GPUs (Slurm ends it there), while its attained service is below that.
+    gittins_index: "quantum" is Tiresias' index (best over quanta D: it rewards a chance
+        of finishing early, which only preemption can use); "whole" is the index of a job
+        that runs to its end once started, 1 / E[remaining GPU-time | attained] (Smith's
+        rule; completed jobs only, no censoring), the right order without preemption;
+        "auto" (default) is "whole" where nothing is preempted (the service's
+        preemption = "off", the simulator's --no-preemptive), else "quantum": the shells
+        resolve it with `for_preemption`.
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
     """
@@ -70,6 +77,7 @@ class PolicyConfig:
     gittins_kinds: list[str] = field(default_factory=lambda: ["user+name", "user+gpus", "user"])
     gittins_kind_min_samples: int = 5
     gittins_time_limit: bool = True
+    gittins_index: str = choices("auto", "quantum", "whole", default="auto")
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
 
@@ -93,6 +101,13 @@ class PolicyConfig:
             raise ValueError("gittins_kind_min_samples must be >= 1")
         for spec in self.gittins_kinds:
             parse_level(spec)
+
+    def for_preemption(self, preemptive: bool) -> PolicyConfig:
+        """This config with gittins_index "auto" resolved for a deployment that does
+        (or does not) preempt; the policy reads "auto" as "quantum"."""
+        if self.gittins_index != "auto":
+            return self
+        return replace(self, gittins_index="quantum" if preemptive else "whole")
 
     @property
     def oracle(self) -> bool:

@@ -112,6 +112,7 @@ class KindTables:
     base: GittinsTable  # pooled (with per-class tables when gittins_classes = "gpus")
     groups: dict[tuple[str, tuple], list[float]]  # groups with enough samples
     time_limit: bool
+    whole: bool  # whole-job index (gittins.whole_job_indices): no preemption
     start: float
     per_decade: int
     max_cached: int = 50_000
@@ -126,6 +127,7 @@ class KindTables:
         kinds: list[str],
         min_samples: int,
         time_limit: bool,
+        whole: bool,
         start: float,
         per_decade: int,
     ) -> KindTables:
@@ -139,14 +141,14 @@ class KindTables:
                 if k is not None:
                     by.setdefault((spec, k), []).append(c.gpu_s)
         groups = {g: s for g, s in by.items() if len(s) >= min_samples}
-        # the class and pooled levels: samples kept only for truncated tables
-        if time_limit:
+        # the class and pooled levels: samples kept only for truncated or whole-job tables
+        if time_limit or whole:
             for c in history:
                 if c.gpu_s > 0:
                     if c.gpus and base.classes and gpu_class(c.gpus) in base.classes:
                         groups.setdefault((CLASS_LEVEL, (gpu_class(c.gpus),)), []).append(c.gpu_s)
                     groups.setdefault((POOLED, ()), []).append(c.gpu_s)
-        return cls(levels, base, groups, time_limit, start, per_decade)
+        return cls(levels, base, groups, time_limit, whole, start, per_decade)
 
     def choose(
         self, gpus: int, user: str, name: str, account: str, time_limit_s: float | None
@@ -169,7 +171,7 @@ class KindTables:
                 group = (CLASS_LEVEL, (gpu_class(gpus),))
             else:
                 group = (POOLED, ())
-            table = own
+            table = own if not self.whole else self._table(group, None)
         else:
             table = self._table(group, None)
         capped = None
@@ -191,5 +193,7 @@ class KindTables:
             s = self.groups[group]
             if cap is not None:
                 s = [x if x < cap else cap for x in s]
-            t = self._tables[key] = GittinsTable.from_samples(s, self.start, self.per_decade)
+            t = self._tables[key] = GittinsTable.from_samples(
+                s, self.start, self.per_decade, self.whole
+            )
         return t

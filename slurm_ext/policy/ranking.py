@@ -60,7 +60,8 @@ def build_table(
         )
     else:
         base = GittinsTable.from_samples([s for _, s in pairs], start, per_decade)
-    if not base.samples or not (config.gittins_kinds or config.gittins_time_limit):
+    whole = config.gittins_index == "whole"
+    if not base.samples or not (config.gittins_kinds or config.gittins_time_limit or whole):
         return base
     kinds = KindTables.build(
         window,
@@ -68,6 +69,7 @@ def build_table(
         list(config.gittins_kinds),
         config.gittins_kind_min_samples,
         config.gittins_time_limit,
+        whole,
         start,
         per_decade,
     )

@@ -161,7 +161,8 @@ class Simulator:
         on_pass: Callable[[Simulator, float], None] | None = None,
         progress: Callable[[int, int, float], None] | None = None,
     ) -> None:
-        self.cfg, self.cl = policy, cluster
+        # gittins_index "auto": the whole-job index when this cluster does not preempt
+        self.cfg, self.cl = policy.for_preemption(cluster.preemptive), cluster
         self.on_pass, self.progress = on_pass, progress
         self.idx = FreeIndex(cluster.gpus_per_node)
         for i in range(cluster.nodes):
@@ -183,12 +184,12 @@ class Simulator:
         # GPU-seconds (cluster.history), (GPUs, GPU-seconds) or Completed records (with
         # the job's kind) of completed jobs
         self.history: deque[float | tuple[int, float] | Completed] = deque(
-            cluster.history, maxlen=policy.history_window
+            cluster.history, maxlen=self.cfg.history_window
         )
         self.since_refresh = 0
         self.table: GittinsTable | None = None
         if policy.policy == "gittins" and self.history:
-            self.table = build_table(list(self.history), policy)
+            self.table = build_table(list(self.history), self.cfg)
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.done = 0
