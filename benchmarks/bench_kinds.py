@@ -13,6 +13,7 @@ fields of the conditioned variant as JSON (for tuning on some seeds, checking on
 
     .venv/bin/python benchmarks/bench_kinds.py --seeds 1-4 --jobs 2000
     .venv/bin/python benchmarks/bench_kinds.py --seeds 5-8 --set '{"gittins_kind_min_samples": 3}'
+    .venv/bin/python benchmarks/bench_kinds.py --speed 100000   # wall time of one long run
 """
 
 from __future__ import annotations
@@ -65,6 +66,23 @@ def one(args: tuple) -> tuple[tuple, dict]:
     return args, rows
 
 
+def speed(n: int) -> None:
+    """Wall seconds of one n-job simulation (seed 1, load 1.0), today's index vs the
+    conditioned one, with and without preemption."""
+    trace = synth_user_jobs(n, 64, load=1.0, seed=1)
+    for preemptive in (True, False):
+        cluster = SimConfig(nodes=8, gpus_per_node=8, preemptive=preemptive)
+        times = {}
+        for label, cfg in variants({}, True)[1:3]:
+            t0 = time.perf_counter()
+            sim = Simulator(trace, cfg, cluster)
+            sim.run()
+            times[label] = time.perf_counter() - t0
+        a, b = times["gittins-today"], times["gittins-conditioned"]
+        mode = "preemptive" if preemptive else "no preemption"
+        print(f"{n} jobs, {mode}: today {a:.1f} s, conditioned {b:.1f} s ({b / a:.2f}x)")
+
+
 def seeds(text: str) -> list[int]:
     lo, _, hi = text.partition("-")
     return list(range(int(lo), int(hi or lo) + 1))
@@ -77,7 +95,11 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=1.1)
     ap.add_argument("--set", default="{}", help="PolicyConfig overrides (JSON) for conditioned")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--speed", type=int, default=0, help="time one run of this many jobs")
     args = ap.parse_args()
+    if args.speed:
+        speed(args.speed)
+        return
     tasks = [
         (s, args.jobs, args.load, p, args.set) for p in (False, True) for s in seeds(args.seeds)
     ]
