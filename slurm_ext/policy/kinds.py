@@ -99,7 +99,8 @@ class Choice:
     label: str
 
     def pick(self, attained: float) -> GittinsTable:
-        if self.capped is not None and attained < self.cap:  # type: ignore[operator]
+        """The truncated table while the job is below its bound, else the untruncated."""
+        if self.capped is not None and self.cap is not None and attained < self.cap:
             return self.capped
         return self.table
 
