@@ -281,30 +281,42 @@ def job_table(job: JobView, table: GittinsTable) -> tuple[GittinsTable, str]:
     return own, (f"{class_label(gpu_class(job.gpus))} class" if own is not table else "")
 
 
+def _chosen(
+    job: JobView, config: PolicyConfig, table: GittinsTable | None
+) -> tuple[GittinsTable, str] | None:
+    """`job_table` where the Gittins index applies (gittins with a history), else None."""
+    if config.policy != "gittins" or table is None or not table.samples:
+        return None
+    return job_table(job, table)
+
+
 def _reported_index(
-    job: JobView, key: Key, config: PolicyConfig, table: GittinsTable | None
+    job: JobView,
+    key: Key,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    chosen: tuple[GittinsTable, str] | None = None,
 ) -> float:
     """Decision.index: the exact Gittins index (the key holds it rounded, see
-    `gittins.ranking_index`), else the key's score."""
+    `gittins.ranking_index`), else the key's score. `chosen`: `_chosen`'s answer."""
     if config.policy != "gittins":
         return key[2]
     if table is None or not table.samples:
         return -key[2]
-    return job_table(job, table)[0].index(job.attained_gpu_s)
-
-
-def _group(job: JobView, config: PolicyConfig, table: GittinsTable | None) -> tuple[str, int]:
-    """Decision.group / group_samples: where the index came from (gittins only)."""
-    if config.policy != "gittins" or table is None or not table.samples:
-        return "", 0
-    own, label = job_table(job, table)
-    return label or "pooled", own.samples
+    own = (chosen or job_table(job, table))[0]
+    return own.index(job.attained_gpu_s)
 
 
 def explain(
-    job: JobView, key: Key, now: float, config: PolicyConfig, table: GittinsTable | None
+    job: JobView,
+    key: Key,
+    now: float,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    chosen: tuple[GittinsTable, str] | None = None,
 ) -> str:
-    """A short human-readable reason for the job's place in the order."""
+    """A short human-readable reason for the job's place in the order (`chosen`: the
+    job's `job_table`, when the caller has it)."""
     parts: list[str] = []
     if key[0] == 0:
         parts.append(
@@ -323,7 +335,7 @@ def explain(
         parts.append(where)
         if p == "gittins":
             if table is not None and table.samples:
-                own, label = job_table(job, table)
+                own, label = chosen or job_table(job, table)
                 exact = own.index(job.attained_gpu_s)
                 parts.append(
                     f"gittins {exact:.3g} from {label or 'pooled'} ({own.samples} completed jobs)"
@@ -366,17 +378,17 @@ def rank(
     keyed = sorted((priority_key(j, now, config, table), j) for j in jobs)
     out = []
     for i, (k, j) in enumerate(keyed):
-        group, samples = _group(j, config, table)
+        chosen = _chosen(j, config, table)  # the table the job's index reads, and its group
         out.append(
             Decision(
                 job_id=j.job_id,
                 rank=i,
                 queue=k[1],
-                index=_reported_index(j, k, config, table),
+                index=_reported_index(j, k, config, table, chosen),
                 promoted=_uses_queues(config) and promoted(j, now, config),
-                reason=explain(j, k, now, config, table),
-                group=group,
-                group_samples=samples,
+                reason=explain(j, k, now, config, table, chosen),
+                group=(chosen[1] or "pooled") if chosen else "",
+                group_samples=chosen[0].samples if chosen else 0,
             )
         )
     return out
