@@ -260,6 +260,26 @@ def _close(rec: JobRecord, end: float) -> JobRecord:
     )
 
 
+def with_kinds(
+    completions: Sequence[tuple[int, float, float, float]],
+    jobs: Sequence[Job],
+    records: dict[int, JobRecord],
+) -> list[tuple]:
+    """Completions with each job's kind (user, name, account, time limit) from the
+    snapshot, or from its record when it is gone from Slurm (no account or limit then)."""
+    by_id = {j.job_id: j for j in jobs}
+    out: list[tuple] = []
+    for c in completions:
+        job = by_id.get(c[0])
+        if job is not None:
+            out.append((*c, job.user, job.name, job.account, job.time_limit_s))
+        elif (rec := records.get(c[0])) is not None:
+            out.append((*c, rec.user, rec.name, "", None))
+        else:
+            out.append(tuple(c))
+    return out
+
+
 def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
     return JobView(
         job_id=job.job_id,
@@ -275,6 +295,9 @@ def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
         partition=job.partition,
         model_tag=rec.model_tag,
         promoted_at_gpu_s=rec.promoted_at_gpu_s if job.running else None,
+        job_name=job.name,
+        account=job.account,
+        time_limit_s=job.time_limit_s,
     )
 
 
@@ -365,13 +388,15 @@ class Service:
         records, completions = fold_jobs(old_records, jobs, now, self._promoted)
         self.store.save_jobs(
             [r for j, r in records.items() if _persisted(r) != _persisted(old_records.get(j))],
-            completions,
+            with_kinds(completions, jobs, records),
         )
         self._records = {j: r for j, r in records.items() if not r.done}
-        history = self.store.history(self.config.policy.history_window)
+        history = self.store.history_kinds(self.config.policy.history_window)
         active = [j for j in jobs if j.state.active and self.managed(j)]
         views = [job_view(j, records[j.job_id], now) for j in active]
-        decisions = rank(views, now, self.config.policy, history or None)
+        # gittins_index "auto": the whole-job index unless this service preempts
+        policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
+        decisions = rank(views, now, policy, history or None)
         res.decisions, res.ranked = decisions, len(decisions)
         self._promoted = {d.job_id for d in decisions if d.promoted}
         by_id = {j.job_id: j for j in active}

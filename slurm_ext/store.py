@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.report import JobReport
+from slurm_ext.policy.kinds import Completed
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
 MIGRATIONS: list[str] = [
@@ -84,7 +85,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN promoted_at_gpu_s REAL;
     """,
+    # 3: a completed job's kind, which the conditioned Gittins index groups by
+    """
+    ALTER TABLE completions ADD COLUMN user TEXT NOT NULL DEFAULT '';
+    ALTER TABLE completions ADD COLUMN name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE completions ADD COLUMN account TEXT NOT NULL DEFAULT '';
+    ALTER TABLE completions ADD COLUMN time_limit_s REAL;
+    """,
 ]
+# a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
+# (user, name, account, time_limit_s)
+COMPLETION_KIND_DEFAULTS = ("", "", "", None)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -212,8 +223,9 @@ class Store:
                 [r.__dict__ | {"done": int(r.done)} for r in records],
             )
             self.db.executemany(
-                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time) VALUES (?, ?, ?, ?)",
-                completions,
+                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
+                " account, time_limit_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [_with_kind(c) for c in completions],
             )
 
     def history_gpu_s(self, window: int) -> list[float]:
@@ -232,11 +244,27 @@ class Store:
         ).fetchall()
         return [(round(g / r) if r > 0 else None, g) for g, r in rows]
 
-    def add_completions(self, rows: Iterable[tuple[int, float, float, float]], source: str) -> int:
+    def history_kinds(self, window: int) -> list[Completed]:
+        """`history` with each job's kind (user, name, account, time limit), oldest first
+        as the policy's window expects, for the conditioned Gittins tables."""
+        rows = self.db.execute(
+            "SELECT gpu_s, run_s, user, name, account, time_limit_s FROM completions"
+            " ORDER BY end_time DESC LIMIT ?",
+            (int(window),),
+        ).fetchall()
+        return [
+            Completed(round(g / r) if r > 0 else None, g, u, n, a, t)
+            for g, r, u, n, a, t in reversed(rows)
+        ]
+
+    def add_completions(self, rows: Iterable[tuple], source: str) -> int:
+        """Completion rows (see COMPLETION_KIND_DEFAULTS) from `source` ("sacct"); rows of
+        jobs already recorded are ignored."""
         with self.db:
             cur = self.db.executemany(
-                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?)",
-                [(*r, source) for r in rows],
+                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
+                " account, time_limit_s, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*_with_kind(r), source) for r in rows],
             )
         return cur.rowcount
 
@@ -332,6 +360,13 @@ class Store:
     def last_pass(self) -> dict | None:
         r = self.db.execute("SELECT * FROM passes ORDER BY id DESC LIMIT 1").fetchone()
         return dict(r) if r else None
+
+
+def _with_kind(row: Sequence) -> tuple:
+    """A completion row padded to its eight columns (the kind unknown where absent)."""
+    if len(row) not in (4, 8):
+        raise ValueError(f"completion row needs 4 or 8 fields, got {len(row)}")
+    return tuple(row) if len(row) == 8 else (*row, *COMPLETION_KIND_DEFAULTS)
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:

@@ -424,3 +424,38 @@ def test_requeue_preemption_only_touches_opted_in_jobs(clean_queue, tmp_path):
         timeout=30,
         what="waiting job started in the freed GPUs",
     )
+
+
+def test_explain_names_the_kind_group_of_a_never_run_job(clean_queue, tmp_path):
+    """Conditioned Gittins on a real slurmctld: the store remembers that this user's
+    "train" jobs finished fast and "sim" jobs slowly; a later-submitted train job outranks
+    an earlier sim job, and explain says which group its index came from."""
+    import getpass
+
+    from slurm_ext.store import Store
+
+    c = clean_queue
+    me = getpass.getuser()
+    store = Store(tmp_path / "service.db")
+    rows = [(900 + i, 60.0, 60.0, 1000.0 + i, me, "train", "", 3600.0) for i in range(3)]
+    rows += [(910 + i, 9000.0, 9000.0, 1000.0 + i, me, "sim", "", 86400.0) for i in range(3)]
+    store.save_jobs([], rows)
+    store.close()
+    config = write_config(
+        tmp_path / "service.toml",
+        c,
+        history_source='"store"',
+        policy_gittins_kind_min_samples="3",
+        policy_gittins_classes='"pooled"',
+    )
+    c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
+    sim = c.sbatch("--gres=gpu:1", "-J", "sim")
+    train = c.sbatch("--gres=gpu:1", "-J", "train")
+    cli("serve", "--once", "--config", str(config))
+    text = cli("explain", str(train), "--config", str(config)).stdout
+    assert f"from user={me},name=train (3 completed jobs)" in text, text
+    info = json.loads(cli("explain", str(sim), "--json", "--config", str(config)).stdout)
+    assert f"from user={me},name=sim (3 completed jobs)" in info["policy_reason"]
+    ranks = {r["job_id"]: r["rank"] for r in json.loads(
+        cli("queue", "--json", "--config", str(config)).stdout)["jobs"]}  # fmt: skip
+    assert ranks[train] < ranks[sim]

@@ -111,9 +111,22 @@ def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
                         if row.get("cpus_per_gpu")
                         else None
                     ),
+                    job_name=row.get("job_name") or "",
+                    time_limit_s=(
+                        _positive(row["time_limit"], "time_limit")
+                        if row.get("time_limit")
+                        else None
+                    ),
+                    checkpoint=_flag(row.get("checkpoint") or "0", "checkpoint"),
                 )
             except (TypeError, ValueError) as exc:
                 yield TraceError(path, line, str(exc))
+
+
+def _flag(value: str, what: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError(f"{what} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
@@ -123,8 +136,32 @@ def _sacct_time(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
 
+def slurm_duration(value: str) -> float | None:
+    """Slurm's `[days-]hours:minutes:seconds` (or `minutes`, `minutes:seconds`,
+    `days-hours[:minutes]`) in seconds; None for UNLIMITED / Partition_Limit / empty."""
+    v = value.strip()
+    if not v or v.upper() in ("UNLIMITED", "PARTITION_LIMIT", "NONE", "INVALID"):
+        return None
+    days, _, rest = v.rpartition("-")
+    parts = [float(x) for x in rest.split(":")]
+    if days:
+        parts += [0.0] * (3 - len(parts))  # days-hours[:minutes[:seconds]]
+        h, m, sec = parts
+    elif len(parts) == 1:
+        h, m, sec = 0.0, parts[0], 0.0
+    elif len(parts) == 2:
+        h, m, sec = 0.0, parts[0], parts[1]
+    else:
+        h, m, sec = parts
+    out = (float(days or 0) * 24 + h) * 3600 + m * 60 + sec
+    if not math.isfinite(out) or out <= 0:
+        raise ValueError(f"time limit must be > 0, got {value!r}")
+    return out
+
+
 def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
-    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`."""
+    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`
+    (optionally Account, Timelimit)."""
     with path.open() as fh:
         header = fh.readline().rstrip("\n").split("|")
         cols = {name: i for i, name in enumerate(header)}
@@ -160,6 +197,11 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
                     model_tag=f[cols["JobName"]] if "JobName" in cols else None,
                     user=f[cols["User"]] if "User" in cols else "",
                     partition=f[cols["Partition"]] if "Partition" in cols else "",
+                    job_name=f[cols["JobName"]] if "JobName" in cols else "",
+                    account=f[cols["Account"]] if "Account" in cols else "",
+                    time_limit_s=(
+                        slurm_duration(f[cols["Timelimit"]]) if "Timelimit" in cols else None
+                    ),
                 )
             except (ValueError, KeyError) as exc:
                 yield TraceError(path, line, str(exc))
