@@ -5,14 +5,13 @@ only wires them and keeps the per-job running totals.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
+import pwd
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from nodeagent import colocation as co
@@ -25,7 +24,9 @@ from nodeagent.cgroups import (
     job_cpus_alloc,
     job_slurm_env,
     node_busy_cpu_s,
+    proc_uid,
     read_mounts,
+    without_pids,
 )
 from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
@@ -33,11 +34,11 @@ from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
 from nodeagent.jobinfo import JobInfo, SlurmJobInfo
 from nodeagent.progress import ProgressReader
 from nodeagent.report import JobReport, ReportSender
+from nodeagent.state import STATE_VERSION, read_state, write_state
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
-STATE_VERSION = 1
 STATE_SAVE_S = 30.0
 
 
@@ -157,6 +158,8 @@ class Agent:
         self.progress = ProgressReader(config.proc_root)
         self.accounts: dict[int, JobAccount] = {}
         self.paused: dict[int, PauseRecord] = {}
+        self._recovering: set[int] = set()  # left frozen by a previous run, not thawed yet
+        self._next_recover = float("-inf")  # retried at most every jobs.cache_s
         self.gpu_energy_total: dict[str, float] = {}
         self.cpu_energy_total = 0.0
         self.action_counts: dict[tuple[str, str], int] = {}
@@ -177,49 +180,110 @@ class Agent:
 
     # ---- state -------------------------------------------------------------------------
     def _load_state(self) -> None:
-        """Restore totals, and resume any job a previous run left paused."""
+        """Restore totals, and thaw every job a previous run left frozen. A damaged file
+        never stops this: each part that cannot be read is logged and skipped."""
         if not self.config.state_file:
             return
         path = Path(self.config.state_file)
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
+        loaded = read_state(path)
+        if loaded is None:
             return
-        except (OSError, ValueError) as exc:
-            log.error("state file %s unreadable (%s): starting from zero", path, exc)
-            return
-        if doc.get("version") != STATE_VERSION:
-            log.error("state file %s has version %r: ignored", path, doc.get("version"))
-            return
-        for d in doc.get("accounts", []):
-            a = JobAccount(**d)
-            self.accounts[a.job_id] = a
-        self.gpu_energy_total = {k: float(v) for k, v in doc.get("gpu_energy_total", {}).items()}
-        self.cpu_energy_total = float(doc.get("cpu_energy_total", 0.0))
-        self.co_state.solo_util = {int(k): v for k, v in doc.get("solo_util", {}).items()}
-        self.co_state.solo_rate = {int(k): v for k, v in doc.get("solo_rate", {}).items()}
-        self.co_state.solo_rate_n = {int(k): v for k, v in doc.get("solo_rate_n", {}).items()}
-        # EaCO verdicts: a withdrawn admission must not be given again after a restart
-        self.co_state.admitted = {int(j) for j in doc.get("eaco_admitted", [])}
-        self.co_state.refused = {int(k): str(v) for k, v in doc.get("eaco_refused", {}).items()}
-        for d in doc.get("paused", []):
-            rec = PauseRecord.from_dict(d)
-            ok = self.freezer.resume(rec)
-            self._count_action("resume", "recovery")
-            log.warning(
-                "start-up recovery: resumed job %s paused by a previous run (%s, %s)",
-                rec.job_id,
-                rec.method,
-                "ok" if ok else "incomplete",
-            )
-        if doc.get("paused"):
-            self.save_state()
+        for problem in loaded.problems:
+            log.error("state file %s: %s", path, problem)
+        for rec in loaded.paused:  # first: nothing below may keep a job frozen
+            self.paused[rec.job_id] = rec
+            self._recovering.add(rec.job_id)
+        doc = loaded.doc if loaded.doc.get("version") == STATE_VERSION else {}
+        known = {f.name for f in fields(JobAccount)}
+        for i, d in enumerate(doc.get("accounts", [])):
+            try:
+                extra = set(d) - known
+                if extra:
+                    log.error("state file %s: accounts[%d]: unknown %s ignored", path, i, extra)
+                a = JobAccount(**{k: v for k, v in d.items() if k in known})
+                self.accounts[int(a.job_id)] = a
+            except (TypeError, ValueError, AttributeError) as exc:
+                log.error("state file %s: accounts[%d] unreadable (%s): skipped", path, i, exc)
+        for name, load in (
+            ("gpu_energy_total", lambda v: {k: float(x) for k, x in v.items()}),
+            ("cpu_energy_total", float),
+            ("solo_util", lambda v: {int(k): float(x) for k, x in v.items()}),
+            ("solo_rate", lambda v: {int(k): float(x) for k, x in v.items()}),
+            ("solo_rate_n", lambda v: {int(k): int(x) for k, x in v.items()}),
+            # EaCO verdicts: a withdrawn admission must not be given again after a restart
+            ("eaco_admitted", lambda v: {int(j) for j in v}),
+            ("eaco_refused", lambda v: {int(k): str(x) for k, x in v.items()}),
+        ):
+            if name not in doc:
+                continue
+            try:
+                value = load(doc[name])
+            except (TypeError, ValueError, AttributeError) as exc:
+                log.error("state file %s: %s unreadable (%s): skipped", path, name, exc)
+                continue
+            if name == "gpu_energy_total":
+                self.gpu_energy_total = value
+            elif name == "cpu_energy_total":
+                self.cpu_energy_total = value
+            elif name == "eaco_admitted":
+                self.co_state.admitted = value
+            elif name == "eaco_refused":
+                self.co_state.refused = value
+            else:
+                setattr(self.co_state, name, value)
+        if self._recovering:
+            self.recover()
 
-    def save_state(self) -> None:
+    def recover(self, force: bool = False) -> None:
+        """Thaw the jobs a previous run left frozen (retried every sample until Slurm
+        can say none of them is suspended by Slurm itself; `force`: thaw regardless)."""
+        self._next_recover = self.clock() + self.config.jobs.cache_s
+        for job in sorted(self._recovering):
+            if self._thaw(job, "recovery", force):
+                self._count_action("resume", "recovery")
+        self.save_state()
+
+    def _thaw(self, job: int, why: str, force: bool = False) -> bool:
+        """Resume a job this agent froze, unless Slurm suspended it meanwhile (then the
+        record is dropped and the job left to Slurm). False: Slurm could not be asked, the
+        job stays frozen and its record is kept, to be retried."""
+        rec = self.paused.get(job)
+        if rec is None:
+            return True
+        state = "" if self.job_info is None or force else None
+        if state is None:
+            assert self.job_info is not None
+            states = self.job_info.states([job])
+            if states is None:
+                self._error(
+                    "thaw", f"job {job} left frozen: Slurm cannot say whether it suspended it"
+                )
+                return False
+            state = states[job]
+        del self.paused[job]
+        self._recovering.discard(job)
+        if state == "SUSPENDED":
+            log.warning("job %s is suspended by Slurm: not thawed, left to Slurm (%s)", job, why)
+            return True
+        ok = self.freezer.resume(rec)
+        log.warning(
+            "resumed job %s via %s (%s)%s", job, rec.method, why, "" if ok else ": incomplete"
+        )
+        return True
+
+    def _record_pause(self, rec: PauseRecord) -> None:
+        """Called by the freezer before it freezes: the record must be on disk first."""
+        self.paused[rec.job_id] = rec
+        if not self.save_state():
+            del self.paused[rec.job_id]
+            raise OSError(f"cannot record the pause of job {rec.job_id}: not freezing it")
+
+    def save_state(self) -> bool:
         if not self.config.state_file:
-            return
+            return True
         path = Path(self.config.state_file)
         doc = {
+            "paused": [r.to_dict() for r in self.paused.values()],
             "version": STATE_VERSION,
             "saved_at": self.wall(),
             "accounts": [
@@ -232,15 +296,13 @@ class Agent:
             "solo_rate_n": {str(k): v for k, v in self.co_state.solo_rate_n.items()},
             "eaco_admitted": sorted(self.co_state.admitted),
             "eaco_refused": {str(k): v for k, v in self.co_state.refused.items()},
-            "paused": [r.to_dict() for r in self.paused.values()],
         }
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, path)
+            write_state(path, doc)
+            return True
         except OSError as exc:
             self._error("state", f"cannot write state file {path}: {exc}")
+            return False
 
     # ---- helpers -----------------------------------------------------------------------
     def _error(self, source: str, message: str) -> None:
@@ -272,11 +334,16 @@ class Agent:
         now, wall = self.clock(), self.wall()
         dt = now - self._last_t if self._last_t is not None else 0.0
         self._last_t = now
+        if self._recovering and now >= self._next_recover:
+            with self.lock:
+                self.recover()
         gpus = self._read_gpus()
         gpu_pids = {p.pid for g in gpus for p in g.processes}
         jobs = self.scanner.scan(gpu_pids)
-        job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
         trusted = self._trusted_info(jobs, now)  # may call squeue: outside the lock
+        if trusted is not None:
+            jobs = self._vouched(jobs, trusted)
+        job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
         with self.lock:
             for job_id, jp in jobs.items():
                 new = job_id not in self.accounts
@@ -330,6 +397,31 @@ class Agent:
         if answer.error is not None:  # logged once per outage by SlurmJobInfo
             self.error_counts["slurm"] = self.error_counts.get("slurm", 0) + 1
         return answer.info
+
+    def _vouched(
+        self, jobs: dict[int, JobProcesses], trusted: dict[int, JobInfo]
+    ) -> dict[int, JobProcesses]:
+        """Drop processes mapped only by their SLURM_JOB_ID (no job cgroup) unless
+        slurmctld says that job runs on this node under the process's user: anyone can
+        set the variable, and a stray "guaranteed" process could get real jobs paused."""
+        out = {}
+        for job_id, jp in jobs.items():
+            info = trusted.get(job_id)
+            drop = {
+                p
+                for p in jp.environ_pids
+                if info is None or not _same_user(info.user, proc_uid(p, self.config.proc_root))
+            }
+            for pid in sorted(drop):
+                self._error(
+                    "unvouched",
+                    f"pid {pid} claims job {job_id} by SLURM_JOB_ID but Slurm does not run "
+                    f"that job on {self.node} under its user: ignored",
+                )
+            kept = without_pids(jp, drop, self.config.proc_root) if drop else jp
+            if kept.pids:
+                out[job_id] = kept
+        return out
 
     def _set_class(self, acc: JobAccount, info: JobInfo | None, new: bool) -> None:
         """Class from Slurm's record, or the default while Slurm has not vouched for the
@@ -492,7 +584,11 @@ class Agent:
             jp = jobs.get(action.job_id)
             if jp is None:
                 return
-            rec = self.freezer.pause(jp)
+            try:
+                rec = self.freezer.pause(jp, before=self._record_pause)
+            except OSError as exc:
+                self._error("state", str(exc))
+                return
             self.paused[action.job_id] = rec
             log.warning(
                 "paused opportunistic job %s on %s via %s: %s",
@@ -502,16 +598,7 @@ class Agent:
                 action.reason,
             )
         else:
-            rec = self.paused.pop(action.job_id, None)
-            if rec is not None:
-                ok = self.freezer.resume(rec)
-                log.warning(
-                    "resumed job %s via %s (%s)%s",
-                    action.job_id,
-                    rec.method,
-                    action.reason,
-                    "" if ok else ": incomplete",
-                )
+            self._thaw(action.job_id, action.reason)
 
     def _ended(self, jobs: dict[int, JobProcesses]) -> list[JobReport]:
         ended = [j for j in self.accounts if j not in jobs]
@@ -520,7 +607,8 @@ class Agent:
             a = self.accounts.pop(job)
             finals.append(a.report(self.node, final=True))
             rec = self.paused.pop(job, None)
-            if rec is not None:
+            self._recovering.discard(job)
+            if rec is not None:  # its processes are gone: nothing Slurm could suspend
                 self.freezer.resume(rec)
         if ended:
             co.forget(self.co_state, set(self.accounts))
@@ -545,13 +633,13 @@ class Agent:
 
     # ---- lifecycle ---------------------------------------------------------------------
     def resume_all(self, why: str) -> None:
+        """Thaw every job this agent froze (those Slurm cannot vouch for stay recorded in
+        the state file for `slurm-ext-agent thaw` or the next start)."""
         with self.lock:
-            for job, rec in list(self.paused.items()):
-                ok = self.freezer.resume(rec)
-                self._count_action("resume", why)
-                log.warning("resumed job %s on %s (%s)", job, why, "ok" if ok else "incomplete")
-                del self.paused[job]
-            self.co_state.paused.clear()
+            for job in list(self.paused):
+                if self._thaw(job, why):
+                    self._count_action("resume", why)
+            self.co_state.paused = set(self.paused)
 
     def run(self, stop: threading.Event, once: bool = False) -> None:
         """Loop until `stop`; always leaves no job paused behind it."""
@@ -572,3 +660,15 @@ class Agent:
             self.save_state()
             if self.sender is not None:
                 self.sender.flush()
+
+
+def _same_user(slurm_user: str, uid: int | None) -> bool:
+    """Whether Slurm's user of a job (name, or uid as text) is the process's uid."""
+    if uid is None or not slurm_user:
+        return False
+    if slurm_user == str(uid):
+        return True
+    try:
+        return pwd.getpwuid(uid).pw_name == slurm_user
+    except KeyError:
+        return False

@@ -96,6 +96,46 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
     agent.run(stop, once=once)
 
 
+@main.command()
+@click.option("--config", "config_path", default="/etc/slurm-ext/agent.toml", show_default=True)
+@click.option(
+    "--wait",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to keep asking Slurm when it cannot answer.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Thaw even jobs Slurm cannot vouch for (it might have suspended them itself).",
+)
+def thaw(config_path: str, wait: float, force: bool) -> None:
+    """Thaw every job a stopped or killed agent left frozen, per its state file, except
+    jobs Slurm itself suspended (systemd's ExecStopPost). Run it only while the agent is
+    stopped. Exit status 1 when jobs stay frozen because Slurm could not be asked."""
+    config = _load(config_path)
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    agent = Agent(config, None, None)  # loading the state file thaws what it can
+    deadline = time.monotonic() + wait
+    while agent.paused and time.monotonic() < deadline:
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        agent.recover()
+    if agent.paused and force:
+        agent.recover(force=True)
+    if agent.paused:
+        click.echo(
+            f"slurm-ext-agent thaw: jobs {sorted(agent.paused)} stay frozen: Slurm cannot say "
+            "whether it suspended them; they are thawed at the agent's next start once it "
+            "can (or run: slurm-ext-agent thaw --force)",
+            err=True,
+        )
+        sys.exit(1)
+    click.echo("slurm-ext-agent thaw: no job left frozen by the agent")
+
+
 def _serve(agent: Agent, config: AgentConfig):
     from nodeagent.exporter import serve  # noqa: PLC0415 - only when exporting
 

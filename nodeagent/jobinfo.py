@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from slurm_ext.model import JobState
 from slurm_ext.slurm.client import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class JobInfo:
 
     qos: str
     partition: str
+    user: str = ""  # user name, or uid as text when Slurm gave no name
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class SlurmJobInfo:
             job = by_id.get(job_id)
             answer = None
             if job is not None and self.node in job.nodes:
-                answer = JobInfo(job.qos, job.partition)
+                answer = JobInfo(job.qos, job.partition, job.user)
             elif job_id not in self._elsewhere_logged:
                 # a process outside any job cgroup names its job by SLURM_JOB_ID, which the
                 # user controls; a job Slurm runs elsewhere (or not at all) is not trusted
@@ -111,3 +113,14 @@ class SlurmJobInfo:
                 )
             self._entries[job_id] = (now, answer)
         return None
+
+    def states(self, job_ids: Iterable[int]) -> dict[int, str] | None:
+        """Slurm's state of each job now (no cache: asked before thawing a job), "" for
+        a job Slurm does not hold; None when Slurm cannot be asked."""
+        try:
+            jobs = self.client.jobs(states=tuple(s.value for s in JobState))
+        except (SlurmError, OSError) as exc:
+            log.warning("cannot ask Slurm for job states: %s", exc)
+            return None
+        by_id = {j.job_id: j.state.value for j in jobs}
+        return {j: by_id.get(j, "") for j in job_ids}
