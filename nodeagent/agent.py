@@ -155,7 +155,7 @@ class Agent:
         self.lock = threading.Lock()  # the exporter reads under it
         self.meter = GpuEnergyMeter()
         self.co_state = co.CoState()
-        self.progress = ProgressReader(config.proc_root)
+        self.progress = ProgressReader(config.proc_root, timeout_s=c.progress_timeout_s)
         self.accounts: dict[int, JobAccount] = {}
         self.paused: dict[int, PauseRecord] = {}
         self._recovering: set[int] = set()  # left frozen by a previous run, not thawed yet
