@@ -6,15 +6,15 @@ only wires them and keeps the per-job running totals.
 from __future__ import annotations
 
 import logging
-import pwd
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent import colocation as co
+from nodeagent.accounts import JobAccount
 from nodeagent.cgroups import (
     CgroupMounts,
     JobFreezer,
@@ -24,68 +24,20 @@ from nodeagent.cgroups import (
     job_cpus_alloc,
     job_slurm_env,
     node_busy_cpu_s,
-    proc_uid,
     read_mounts,
-    without_pids,
 )
 from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
 from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
-from nodeagent.jobinfo import JobInfo, SlurmJobInfo
+from nodeagent.jobinfo import JobInfo, SlurmJobInfo, vouched
 from nodeagent.progress import ProgressReader
 from nodeagent.report import JobReport, ReportSender
-from nodeagent.state import STATE_VERSION, read_state, write_state
+from nodeagent.state import STATE_VERSION, read_state, restore_totals, write_state
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
 STATE_SAVE_S = 30.0
-
-
-@dataclass
-class JobAccount:
-    """Running totals of one job on this node; persisted so counters survive restarts."""
-
-    job_id: int
-    first_seen: float  # unix seconds
-    last_seen: float
-    klass: str = co.GUARANTEED
-    qos: str = ""
-    partition: str = ""
-    gpu_seconds: float = 0.0
-    util_seconds: float = 0.0  # GPU-seconds whose utilisation was measurable
-    util_weighted: float = 0.0  # sum of util x dt over those
-    util_peak: float = 0.0
-    mem_peak_bytes: int = 0
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-    gpu_energy_j: float = 0.0
-    cpu_energy_j: float = 0.0
-    gpu_uuids: list[str] = field(default_factory=list)
-    gpu_type: str = ""
-    cpus_alloc: int | None = None
-    samples: int = 0
-
-    def report(self, node: str, final: bool) -> JobReport:
-        mean = self.util_weighted / self.util_seconds if self.util_seconds > 0 else 0.0
-        return JobReport(
-            node=node,
-            job_id=self.job_id,
-            gpu_seconds=self.gpu_seconds,
-            gpu_util_mean=min(1.0, mean),
-            gpu_util_peak=min(1.0, self.util_peak),
-            gpu_mem_peak_bytes=self.mem_peak_bytes,
-            cpu_cores_alloc=self.cpus_alloc,
-            cpu_cores_used=self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
-            gpu_energy_j=self.gpu_energy_j,
-            cpu_energy_j=self.cpu_energy_j,
-            gpu_uuids=tuple(self.gpu_uuids),
-            gpu_type=self.gpu_type,
-            samples=self.samples,
-            period_start=self.first_seen,
-            period_end=self.last_seen,
-            final=final,
-        )
 
 
 @dataclass(frozen=True)
@@ -194,43 +146,9 @@ class Agent:
             self.paused[rec.job_id] = rec
             self._recovering.add(rec.job_id)
         doc = loaded.doc if loaded.doc.get("version") == STATE_VERSION else {}
-        known = {f.name for f in fields(JobAccount)}
-        for i, d in enumerate(doc.get("accounts", [])):
-            try:
-                extra = set(d) - known
-                if extra:
-                    log.error("state file %s: accounts[%d]: unknown %s ignored", path, i, extra)
-                a = JobAccount(**{k: v for k, v in d.items() if k in known})
-                self.accounts[int(a.job_id)] = a
-            except (TypeError, ValueError, AttributeError) as exc:
-                log.error("state file %s: accounts[%d] unreadable (%s): skipped", path, i, exc)
-        for name, load in (
-            ("gpu_energy_total", lambda v: {k: float(x) for k, x in v.items()}),
-            ("cpu_energy_total", float),
-            ("solo_util", lambda v: {int(k): float(x) for k, x in v.items()}),
-            ("solo_rate", lambda v: {int(k): float(x) for k, x in v.items()}),
-            ("solo_rate_n", lambda v: {int(k): int(x) for k, x in v.items()}),
-            # EaCO verdicts: a withdrawn admission must not be given again after a restart
-            ("eaco_admitted", lambda v: {int(j) for j in v}),
-            ("eaco_refused", lambda v: {int(k): str(x) for k, x in v.items()}),
-        ):
-            if name not in doc:
-                continue
-            try:
-                value = load(doc[name])
-            except (TypeError, ValueError, AttributeError) as exc:
-                log.error("state file %s: %s unreadable (%s): skipped", path, name, exc)
-                continue
-            if name == "gpu_energy_total":
-                self.gpu_energy_total = value
-            elif name == "cpu_energy_total":
-                self.cpu_energy_total = value
-            elif name == "eaco_admitted":
-                self.co_state.admitted = value
-            elif name == "eaco_refused":
-                self.co_state.refused = value
-            else:
-                setattr(self.co_state, name, value)
+        self.gpu_energy_total, self.cpu_energy_total = restore_totals(
+            doc, path, self.accounts, self.co_state
+        )
         if self._recovering:
             self.recover()
 
@@ -401,27 +319,14 @@ class Agent:
     def _vouched(
         self, jobs: dict[int, JobProcesses], trusted: dict[int, JobInfo]
     ) -> dict[int, JobProcesses]:
-        """Drop processes mapped only by their SLURM_JOB_ID (no job cgroup) unless
-        slurmctld says that job runs on this node under the process's user: anyone can
-        set the variable, and a stray "guaranteed" process could get real jobs paused."""
-        out = {}
-        for job_id, jp in jobs.items():
-            info = trusted.get(job_id)
-            drop = {
-                p
-                for p in jp.environ_pids
-                if info is None or not _same_user(info.user, proc_uid(p, self.config.proc_root))
-            }
-            for pid in sorted(drop):
-                self._error(
-                    "unvouched",
-                    f"pid {pid} claims job {job_id} by SLURM_JOB_ID but Slurm does not run "
-                    f"that job on {self.node} under its user: ignored",
-                )
-            kept = without_pids(jp, drop, self.config.proc_root) if drop else jp
-            if kept.pids:
-                out[job_id] = kept
-        return out
+        kept, dropped = vouched(jobs, trusted, self.config.proc_root)
+        for pid, job_id in dropped:
+            self._error(
+                "unvouched",
+                f"pid {pid} claims job {job_id} by SLURM_JOB_ID but Slurm does not run "
+                f"that job on {self.node} under its user: ignored",
+            )
+        return kept
 
     def _set_class(self, acc: JobAccount, info: JobInfo | None, new: bool) -> None:
         """Class from Slurm's record, or the default while Slurm has not vouched for the
@@ -660,15 +565,3 @@ class Agent:
             self.save_state()
             if self.sender is not None:
                 self.sender.flush()
-
-
-def _same_user(slurm_user: str, uid: int | None) -> bool:
-    """Whether Slurm's user of a job (name, or uid as text) is the process's uid."""
-    if uid is None or not slurm_user:
-        return False
-    if slurm_user == str(uid):
-        return True
-    try:
-        return pwd.getpwuid(uid).pw_name == slurm_user
-    except KeyError:
-        return False

@@ -11,9 +11,11 @@ per job id so a steady node asks once per `cache_s`, not once per sample or per 
 from __future__ import annotations
 
 import logging
+import pwd
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from nodeagent.cgroups import JobProcesses, proc_uid, without_pids
 from slurm_ext.model import JobState
 from slurm_ext.slurm.client import SlurmClient, SlurmError
 
@@ -124,3 +126,38 @@ class SlurmJobInfo:
             return None
         by_id = {j.job_id: j.state.value for j in jobs}
         return {j: by_id.get(j, "") for j in job_ids}
+
+
+def vouched(
+    jobs: dict[int, JobProcesses], trusted: dict[int, JobInfo], proc_root: str = "/proc"
+) -> tuple[dict[int, JobProcesses], list[tuple[int, int]]]:
+    """The jobs less processes mapped only by SLURM_JOB_ID (no job cgroup) that slurmctld
+    does not vouch for: anyone can set the variable, and a stray "guaranteed" process
+    could get real jobs paused. `trusted` holds only jobs Slurm runs on this node; the
+    process's user must also be the job's. Returns (kept jobs, dropped (pid, job))."""
+    out: dict[int, JobProcesses] = {}
+    dropped: list[tuple[int, int]] = []
+    for job_id, jp in jobs.items():
+        info = trusted.get(job_id)
+        drop = {
+            p
+            for p in jp.environ_pids
+            if info is None or not same_user(info.user, proc_uid(p, proc_root))
+        }
+        dropped += [(p, job_id) for p in sorted(drop)]
+        kept = without_pids(jp, drop, proc_root) if drop else jp
+        if kept.pids:
+            out[job_id] = kept
+    return out, dropped
+
+
+def same_user(slurm_user: str, uid: int | None) -> bool:
+    """Whether Slurm's user of a job (name, or uid as text) is the process's uid."""
+    if uid is None or not slurm_user:
+        return False
+    if slurm_user == str(uid):
+        return True
+    try:
+        return pwd.getpwuid(uid).pw_name == slurm_user
+    except KeyError:
+        return False

@@ -13,9 +13,12 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
+from nodeagent import colocation as co
+from nodeagent.accounts import JobAccount
 from nodeagent.cgroups import PauseRecord
 
 log = logging.getLogger(__name__)
@@ -94,3 +97,49 @@ def salvage_pauses(text: str) -> list[PauseRecord]:
         if isinstance(targets, list):
             out.append(PauseRecord(int(m.group(1)), m.group(2), [str(t) for t in targets]))
     return out
+
+
+def restore_totals(
+    doc: dict, path: Path, accounts: dict[int, JobAccount], co_state: co.CoState
+) -> tuple[dict[str, float], float]:
+    """Fill `accounts` and `co_state` from a state document, part by part: a part that
+    cannot be read is logged and skipped, unknown keys are logged and ignored. Returns
+    the node's energy totals (GPU joules per uuid, CPU joules)."""
+    energy: dict[str, Any] = {"gpu_energy_total": {}, "cpu_energy_total": 0.0}
+    known = {f.name for f in fields(JobAccount)}
+    for i, d in enumerate(doc.get("accounts", [])):
+        try:
+            extra = set(d) - known
+            if extra:
+                log.error("state file %s: accounts[%d]: unknown %s ignored", path, i, extra)
+            a = JobAccount(**{k: v for k, v in d.items() if k in known})
+            accounts[int(a.job_id)] = a
+        except (TypeError, ValueError, AttributeError) as exc:
+            log.error("state file %s: accounts[%d] unreadable (%s): skipped", path, i, exc)
+    parts = {
+        "gpu_energy_total": lambda v: {str(k): float(x) for k, x in v.items()},
+        "cpu_energy_total": float,
+        "solo_util": lambda v: {int(k): float(x) for k, x in v.items()},
+        "solo_rate": lambda v: {int(k): float(x) for k, x in v.items()},
+        "solo_rate_n": lambda v: {int(k): int(x) for k, x in v.items()},
+        # EaCO verdicts: a withdrawn admission must not be given again after a restart
+        "eaco_admitted": lambda v: {int(j) for j in v},
+        "eaco_refused": lambda v: {int(k): str(x) for k, x in v.items()},
+    }
+    for name, load in parts.items():
+        if name not in doc:
+            continue
+        try:
+            value = load(doc[name])
+        except (TypeError, ValueError, AttributeError) as exc:
+            log.error("state file %s: %s unreadable (%s): skipped", path, name, exc)
+            continue
+        if name in energy:
+            energy[name] = value
+        elif name == "eaco_admitted":
+            co_state.admitted = value
+        elif name == "eaco_refused":
+            co_state.refused = value
+        else:
+            setattr(co_state, name, value)
+    return energy["gpu_energy_total"], energy["cpu_energy_total"]
