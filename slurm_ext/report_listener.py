@@ -156,7 +156,8 @@ class ReportListener:
             if method != "POST" or path != REPORTS_PATH:
                 await self._send(writer, Outcome(404, b"not found\n"))
                 return
-            early = self._check_before_body(headers)
+            peer = str((writer.get_extra_info("peername") or ("?",))[0])
+            early = self._check_before_body(headers, peer)
             if isinstance(early, Outcome):
                 await self._send(writer, early)
                 return
@@ -177,7 +178,8 @@ class ReportListener:
             if large:
                 self._large -= 1
                 large = False
-            out = await self._in_pool(self._process, body, headers[SIGNATURE_HEADER.lower()])
+            signature = headers[SIGNATURE_HEADER.lower()]
+            out = await self._in_pool(self._process, body, signature, peer)
             await self._send(writer, out)
         except ConnectionError:
             pass
@@ -187,7 +189,7 @@ class ReportListener:
                 self._large -= 1
             writer.close()
 
-    def _check_before_body(self, headers: dict[str, str]) -> Outcome | int:
+    def _check_before_body(self, headers: dict[str, str], peer: str) -> Outcome | int:
         """What can be refused without reading the body; else the body's length."""
         if self.secret is None:
             self._refuse("no_secret")
@@ -200,6 +202,7 @@ class ReportListener:
             return Outcome(code, b"bad content length\n")
         if not signature_shape_ok(headers.get(SIGNATURE_HEADER.lower())):
             self._refuse("signature")
+            log.warning("refused reports from %s: bad or missing signature", peer)
             return Outcome(401, b"bad signature\n")
         return length
 
@@ -224,11 +227,11 @@ class ReportListener:
         self.metrics.reports_refused.labels(reason=reason).inc()
 
     # ---- a complete request, on a worker thread -------------------------------------------
-    def _process(self, body: bytes, signature: str) -> Outcome:
+    def _process(self, body: bytes, signature: str, peer: str) -> Outcome:
         assert self.secret is not None
         if not verify(body, self.secret, signature):
             self._refuse("signature")
-            log.warning("refused a report batch: bad signature")
+            log.warning("refused reports from %s: bad or missing signature", peer)
             return Outcome(401, b"bad signature\n")
         try:
             batch = decode_batch(body)
