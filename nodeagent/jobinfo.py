@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import pwd
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class SlurmJobInfo:
         self._next_try = float("-inf")
         self._down = False
         self._elsewhere_logged: set[int] = set()
+        self._states_next_try = float("-inf")  # monotonic; see states()
 
     def lookup(self, job_ids: Iterable[int], now: float) -> Lookup:
         ids = set(job_ids)
@@ -118,10 +120,15 @@ class SlurmJobInfo:
 
     def states(self, job_ids: Iterable[int]) -> dict[int, str] | None:
         """Slurm's state of each job now (no cache: asked before thawing a job), "" for
-        a job Slurm does not hold; None when Slurm cannot be asked."""
+        a job Slurm does not hold; None when Slurm cannot be asked, and for `cache_s`
+        after a failure without asking again (a dead controller must not cost every
+        sample a timeout)."""
+        if time.monotonic() < self._states_next_try:
+            return None
         try:
             jobs = self.client.jobs(states=tuple(s.value for s in JobState))
         except (SlurmError, OSError) as exc:
+            self._states_next_try = time.monotonic() + self.cache_s
             log.warning("cannot ask Slurm for job states: %s", exc)
             return None
         by_id = {j.job_id: j.state.value for j in jobs}

@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,3 +204,37 @@ def test_the_demo_agent_asks_the_demo_clusters_slurm(tmp_path, live, jobs, monke
     assert agent.job_info is not None
     answer = agent.job_info.lookup([job], 0.0)  # was: "Could not establish a configuration"
     assert answer.error is None and job in answer.info
+
+
+def test_with_slurm_silent_a_frozen_job_stays_frozen_until_thaw_force(tmp_path, live, jobs):
+    job, pid = jobs.submit()
+    os.kill(pid, 19)  # SIGSTOP, as the agent's sigstop method pauses a job
+    wait_state(pid, "T")
+    st = read_proc_stat(pid)
+    assert st is not None
+    record = {"job_id": job, "method": "sigstop", "targets": [f"{pid}:{st.start_ticks}"]}
+    (tmp_path / "state.json").write_text(json.dumps({"version": 1, "paused": [record]}))
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'node_name = "{jobs.node_of(job)}"\nstate_file = "{tmp_path / "state.json"}"\n'
+        '[gpu]\nbackend = "none"\n[exporter]\nenabled = false\n'
+        f'[jobs]\nsource = "slurm"\nslurm_conf = "{live.conf_path}"\ntimeout_s = 5\n'
+    )
+    thaw = [sys.executable, "-m", "nodeagent.cli", "thaw", "--config", str(cfg), "--wait", "1"]
+    live.stop_slurmctld()
+    try:
+        res = subprocess.run(thaw, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1 and f"jobs [{job}] stay frozen" in res.stderr, res.stderr
+        assert proc_state(pid) == "T"  # Slurm could not say it did not suspend it
+        kept = json.loads((tmp_path / "state.json").read_text())["paused"]
+        assert [p["job_id"] for p in kept] == [job]
+        res = subprocess.run([*thaw, "--force"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        wait_state(pid, "S")
+    finally:
+        live.start_slurmctld()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if live.run("squeue", "-h", "-j", str(job), "-o", "%T", check=False).strip():
+                break
+            time.sleep(0.5)
