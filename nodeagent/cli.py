@@ -16,7 +16,13 @@ from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
-from nodeagent.report import ReportSender, SecretFileError, read_secret
+from nodeagent.report import (
+    ReportSender,
+    SecretFileError,
+    node_key,
+    node_name_ok,
+    read_secret,
+)
 from slurm_ext.config import ConfigError, load_config
 
 log = logging.getLogger("nodeagent")
@@ -134,6 +140,29 @@ def thaw(config_path: str, wait: float, force: bool) -> None:
         )
         sys.exit(1)
     click.echo("slurm-ext-agent thaw: no job left frozen by the agent")
+
+
+@main.command("report-key")
+@click.argument("node")
+@click.option(
+    "--master",
+    default="/etc/slurm-ext/report.secret",
+    show_default=True,
+    help="The service's report_secret_file.",
+)
+def report_key(node: str, master: str) -> None:
+    """Print NODE's own report key, derived from the service's secret. Put it (mode 0600)
+    in that node's report.secret_file instead of the shared secret: the node can then
+    sign reports as itself only."""
+    if not node_name_ok(node):
+        click.echo(f"slurm-ext-agent: bad node name {node!r}", err=True)
+        sys.exit(2)
+    try:
+        secret = read_secret(master)
+    except SecretFileError as exc:
+        click.echo(f"slurm-ext-agent: --master: {exc}", err=True)
+        sys.exit(2)
+    click.echo(node_key(secret, node).decode())
 
 
 def _serve(agent: Agent, config: AgentConfig):

@@ -37,6 +37,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Slurm-Ext-Signature"
+NODE_HEADER = "X-Slurm-Ext-Node"  # the node whose key signed the body (per-node keys)
 REPORTS_PATH = "/v1/reports"
 FORMAT_VERSION = 1
 MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
@@ -227,6 +228,28 @@ def sign(body: bytes, secret: bytes) -> str:
     return hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
+def node_key(master: bytes, node: str) -> bytes:
+    """The report key of one node, derived from the service's secret: a node holding only
+    its own key can sign reports as itself and as no other node (`slurm-ext-agent
+    report-key NODE` prints it for the node's `report.secret_file`)."""
+    return (
+        hmac.new(master, b"slurm-ext node report key\0" + node.encode(), hashlib.sha256)
+        .hexdigest()
+        .encode()
+    )
+
+
+def node_name_ok(node: str | None) -> bool:
+    """A node header the service will look at: 1-255 printable ASCII, no spaces."""
+    return (
+        bool(node)
+        and len(node) <= 255
+        and node.isascii()
+        and node.isprintable()
+        and " " not in node
+    )
+
+
 def signature_shape_ok(signature: str | None) -> bool:
     """Whether a header can be a signature at all (64 hex digits), checked before the
     body is read; anything else (missing, non-ASCII, too long) is refused at once."""
@@ -283,13 +306,16 @@ def reports_url(service_url: str) -> str:
     return base if base.endswith(REPORTS_PATH) else base + REPORTS_PATH
 
 
-def post_body(service_url: str, body: bytes, secret: bytes, timeout: float = 10.0) -> None:
-    """POST one signed body; raise ReportError on anything but a 2xx answer."""
+def post_body(
+    service_url: str, body: bytes, secret: bytes, timeout: float = 10.0, node: str = ""
+) -> None:
+    """POST one signed body; raise ReportError on anything but a 2xx answer. `node`
+    names the sender so the service can check a per-node key."""
+    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)}
+    if node:
+        headers[NODE_HEADER] = node
     req = urllib.request.Request(
-        reports_url(service_url),
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)},
+        reports_url(service_url), data=body, method="POST", headers=headers
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -308,7 +334,7 @@ def post_reports(
     service_url: str, node: str, reports: list[JobReport], secret: bytes, timeout: float = 10.0
 ) -> None:
     """Encode, sign and POST reports once (no spool); raise ReportError on failure."""
-    post_body(service_url, encode_reports(node, reports), secret, timeout)
+    post_body(service_url, encode_reports(node, reports), secret, timeout, node)
 
 
 class ReportSender:
@@ -374,7 +400,7 @@ class ReportSender:
         for path in self.pending():
             try:
                 body = restamp(path.read_bytes(), time.time())
-                post_body(self.service_url, body, self.secret, self.timeout)
+                post_body(self.service_url, body, self.secret, self.timeout, self.node)
             except ValueError as exc:
                 log.error("spooled batch %s unreadable (%s): dropped", path.name, exc)
                 path.unlink(missing_ok=True)

@@ -25,10 +25,13 @@ from dataclasses import dataclass
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nodeagent.report import (
+    NODE_HEADER,
     REPORTS_PATH,
     SIGNATURE_HEADER,
     JobReport,
     decode_batch,
+    node_key,
+    node_name_ok,
     signature_shape_ok,
     verify,
 )
@@ -179,7 +182,8 @@ class ReportListener:
                 self._large -= 1
                 large = False
             signature = headers[SIGNATURE_HEADER.lower()]
-            out = await self._in_pool(self._process, body, signature, peer)
+            node = headers.get(NODE_HEADER.lower(), "")
+            out = await self._in_pool(self._process, body, signature, node, peer)
             await self._send(writer, out)
         except ConnectionError:
             pass
@@ -200,6 +204,10 @@ class ReportListener:
             self._refuse("size")
             code = 413 if length > self.limits.max_body else 411
             return Outcome(code, b"bad content length\n")
+        node = headers.get(NODE_HEADER.lower())
+        if node is not None and not node_name_ok(node):
+            self._refuse("headers")
+            return Outcome(400, f"bad {NODE_HEADER} header\n".encode())
         if not signature_shape_ok(headers.get(SIGNATURE_HEADER.lower())):
             self._refuse("signature")
             log.warning("refused reports from %s: bad or missing signature", peer)
@@ -227,17 +235,26 @@ class ReportListener:
         self.metrics.reports_refused.labels(reason=reason).inc()
 
     # ---- a complete request, on a worker thread -------------------------------------------
-    def _process(self, body: bytes, signature: str, peer: str) -> Outcome:
+    def _process(self, body: bytes, signature: str, node: str, peer: str) -> Outcome:
+        """Signed with the shared secret (any node name), or with the key of the node
+        the header names (`node_key`: then the body must name that node too)."""
         assert self.secret is not None
+        by_node = False
         if not verify(body, self.secret, signature):
-            self._refuse("signature")
-            log.warning("refused reports from %s: bad or missing signature", peer)
-            return Outcome(401, b"bad signature\n")
+            by_node = bool(node) and verify(body, node_key(self.secret, node), signature)
+            if not by_node:
+                self._refuse("signature")
+                log.warning("refused reports from %s: bad or missing signature", peer)
+                return Outcome(401, b"bad signature\n")
         try:
             batch = decode_batch(body)
         except ValueError as exc:
             self._refuse("malformed")
             return Outcome(400, f"malformed reports: {exc}\n".encode())
+        if by_node and batch.node != node:
+            self._refuse("signature")
+            log.warning("refused reports from %s: %s's key signed node %r", peer, node, batch.node)
+            return Outcome(401, b"the body names another node than the key that signed it\n")
         skew = self.wall() - batch.sent_at
         if not abs(skew) <= self.limits.sent_at_window_s:
             self._refuse("stale")

@@ -14,9 +14,11 @@ import pytest
 from test_agent_report import SECRET, make_report
 
 from nodeagent.report import (
+    NODE_HEADER,
     SIGNATURE_HEADER,
     ReportSender,
     encode_reports,
+    node_key,
     sign,
     verify,
 )
@@ -216,3 +218,43 @@ def test_metrics_still_served(listener):
     resp = conn.getresponse()
     assert resp.status == 200
     assert b"slurm_ext_reports_received_total" in resp.read()
+
+
+def _post_as(server, body: bytes, key: bytes, node: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+    headers = {SIGNATURE_HEADER: sign(body, key), NODE_HEADER: node}
+    conn.request("POST", "/v1/reports", body=body, headers=headers)
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_a_per_node_key_signs_for_its_own_node_only(listener, tmp_path):
+    key1 = node_key(SECRET, "gpu01")
+    own = encode_reports("gpu01", [make_report(31, node="gpu01")])
+    other = encode_reports("gpu02", [make_report(32, node="gpu02")])
+    assert _post_as(listener, other, key1, "gpu01") == 401  # names another node in the body
+    assert _post_as(listener, other, key1, "gpu02") == 401  # gpu01's key is not gpu02's
+    assert _post_as(listener, own, key1, "gpu01") == 200
+    assert [r.job_id for r in stored(listener)] == [31]
+    # an agent given only its node key delivers through its spool as before
+    url = f"http://127.0.0.1:{listener.server_address[1]}"
+    sender = ReportSender(url, "gpu01", key1, tmp_path / "spool", timeout=5)
+    assert sender.send([make_report(33, node="gpu01")], now=0.0) == 1
+    assert sorted(r.job_id for r in stored(listener)) == [31, 33]
+
+
+def test_report_key_command_derives_the_nodes_key(tmp_path):
+    from click.testing import CliRunner
+
+    from nodeagent.cli import main
+
+    master = tmp_path / "report.secret"
+    master.write_bytes(SECRET + b"\n")
+    master.chmod(0o600)
+    res = CliRunner().invoke(main, ["report-key", "gpu01", "--master", str(master)])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().encode() == node_key(SECRET, "gpu01") != node_key(SECRET, "gpu02")
+    master.chmod(0o644)
+    res = CliRunner().invoke(main, ["report-key", "gpu01", "--master", str(master)])
+    assert res.exit_code == 2 and "chmod 600" in res.output
