@@ -166,3 +166,14 @@ def test_a_pause_that_cannot_be_recorded_is_not_made(tmp_path, cg):
         assert cpu_used_during([o_pid], 0.3) > 0.1
     finally:
         os.chmod(state_dir, 0o700)
+
+
+def test_the_unit_thaws_after_any_stop_within_its_stop_timeout():
+    unit = (Path(__file__).parents[1] / "etc" / "slurm-ext-agent.service").read_text()
+    post = [line for line in unit.splitlines() if line.startswith("ExecStopPost=")]
+    assert len(post) == 1 and " thaw " in post[0] and "--config" in post[0]
+    wait = float(post[0].split("--wait ")[1].split()[0])
+    stop = float(
+        next(x for x in unit.splitlines() if x.startswith("TimeoutStopSec=")).split("=")[1]
+    )
+    assert wait < stop  # systemd would kill the thaw before it gave up on Slurm
