@@ -105,7 +105,7 @@ def test_kill_9_while_the_report_hangs_leaves_a_record_and_thaw_resumes_the_job(
     )
     assert res.returncode == 0, res.stderr
     assert not frozen(cg, 802)
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert cpu_used_during([o_pid], 1.0) > 0.05  # runs again (beside a busy job, 2 cores)
     assert json.loads((tmp_path / "state.json").read_text())["paused"] == []
 
 
