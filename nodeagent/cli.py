@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import click
 
@@ -23,6 +24,7 @@ from nodeagent.report import (
     node_name_ok,
     read_secret,
 )
+from nodeagent.state import lock_state
 from slurm_ext.config import ConfigError, load_config
 
 log = logging.getLogger("nodeagent")
@@ -71,6 +73,7 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _lock(config)
     sender = None
     if config.report.enabled:
         try:
@@ -124,6 +127,7 @@ def thaw(config_path: str, wait: float, force: bool) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _lock(config)  # never beside a running agent: it thaws on its own way out
     agent = Agent(config, None, None)  # loading the state file thaws what it can
     deadline = time.monotonic() + wait
     while agent.paused and time.monotonic() < deadline:
@@ -163,6 +167,25 @@ def report_key(node: str, master: str) -> None:
         click.echo(f"slurm-ext-agent: --master: {exc}", err=True)
         sys.exit(2)
     click.echo(node_key(secret, node).decode())
+
+
+def _lock(config: AgentConfig) -> None:
+    """One agent (or `thaw`) per state file; exit 2 naming the lock otherwise."""
+    if not config.state_file:
+        return
+    path = Path(config.state_file)
+    try:
+        held = lock_state(path)
+    except OSError as exc:
+        click.echo(f"slurm-ext-agent: cannot lock {path}.lock: {exc}", err=True)
+        sys.exit(2)
+    if held is None:
+        click.echo(
+            f"slurm-ext-agent: another agent (or thaw) holds {path}.lock: "
+            "one per state file; stop it first",
+            err=True,
+        )
+        sys.exit(2)
 
 
 def _serve(agent: Agent, config: AgentConfig):

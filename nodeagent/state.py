@@ -9,6 +9,7 @@ one leaves a job frozen for good.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -34,6 +35,19 @@ class LoadedState:
     doc: dict  # the top-level fields that could be read ({} when none)
     paused: list[PauseRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what was wrong, for the log
+
+
+def lock_state(path: Path) -> int | None:
+    """Hold `<state file>.lock` for this process's life (the fd is kept open): one agent,
+    or one `thaw`, per state file at a time. None when another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def write_state(path: Path, doc: dict) -> None:

@@ -177,3 +177,27 @@ def test_the_unit_thaws_after_any_stop_within_its_stop_timeout():
         next(x for x in unit.splitlines() if x.startswith("TimeoutStopSec=")).split("=")[1]
     )
     assert wait < stop  # systemd would kill the thaw before it gave up on Slurm
+
+
+def test_one_agent_per_state_file_and_no_thaw_beside_a_running_agent(tmp_path):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'node_name = "n1"\ninterval_s = 0.5\nstate_file = "{tmp_path / "state.json"}"\n'
+        '[gpu]\nbackend = "none"\n[exporter]\nenabled = false\n[jobs]\nsource = "environ"\n'
+    )
+    cli = [sys.executable, "-m", "nodeagent.cli"]
+    agent = subprocess.Popen([*cli, "run", "--config", str(cfg)], stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: (tmp_path / "state.json").exists(), timeout=30, what="agent running")
+        for argv in (["run", "--once"], ["thaw", "--wait", "0"]):
+            res = subprocess.run(
+                [*cli, *argv, "--config", str(cfg)], capture_output=True, text=True, timeout=60
+            )
+            assert res.returncode == 2 and "state.json.lock" in res.stderr, res.stderr
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+    res = subprocess.run(
+        [*cli, "thaw", "--wait", "0", "--config", str(cfg)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr  # the agent is gone: the lock with it
