@@ -90,12 +90,19 @@ class ColocationConfig:
     # read a guaranteed job's SLURM_EXT_PROGRESS_FILE: progress below slow_fraction x its
     # solo rate is a slowdown too, judged after min_solo_rate_samples solo samples
     progress: bool = True
+    # a progress-file read still running after this long is abandoned (a hung NFS or FUSE
+    # mount must not stall the loop); that job's progress is unknown until it returns
+    progress_timeout_s: float = 0.5
     min_solo_rate_samples: int = 3
     eaco: EacoConfig = field(default_factory=EacoConfig)
 
     def __post_init__(self) -> None:
         for name in ("slow_fraction", "memory_high", "idle_util", "min_solo_util"):
             _fraction(name, getattr(self, name))
+        if not 0 < self.progress_timeout_s <= 60:  # also refuses NaN
+            raise ValueError(
+                f"progress_timeout_s must be within (0, 60], got {self.progress_timeout_s}"
+            )
         if self.min_solo_rate_samples < 1:
             raise ValueError(
                 f"min_solo_rate_samples must be >= 1, got {self.min_solo_rate_samples}"

@@ -69,6 +69,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
     from nodeagent.report import SecretFileError, read_secret
     from slurm_ext.metrics import ServiceMetrics, serve_http
+    from slurm_ext.report_listener import SlurmJobNodes
 
     cfg = load_service_config(config_path)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
@@ -92,7 +93,13 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     server = None
     if cfg.port and not once:
         server = serve_http(
-            cfg.listen, cfg.port, metrics, secret, lambda r: _save_reports(cfg.store, r)
+            cfg.listen,
+            cfg.port,
+            metrics,
+            secret,
+            lambda r: _save_reports(cfg.store, r),
+            # its own client: the HTTP workers must not share the pass's (pyslurm)
+            job_nodes=SlurmJobNodes(_client(cfg)),
         )
         log.info("metrics and reports on http://%s:%d", cfg.listen, server.server_address[1])
     service = Service(cfg, _client(cfg), store, dry_run=dry_run, metrics=metrics)
