@@ -16,6 +16,7 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
+from slurm_ext import attained
 from slurm_ext.config import choices
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobState, JobView, Node
@@ -126,7 +127,12 @@ def fold_jobs(
 
     Returns the updated records (done ones included, marked) and completions
     (job_id, gpu_s, run_s, end_time) for the Gittins history. A stint's start is
-    Slurm's StartTime, so a service restart loses nothing of a running stint.
+    Slurm's StartTime, so a service restart loses nothing of a running stint; each part
+    of a stint is charged at the GPUs it held (slurm_ext.attained), and a job that ran
+    and ended between two passes is charged from Slurm's StartTime and EndTime.
+
+    A job is its id and its submit time: an id Slurm hands out again (after its state
+    was reset) starts a new record, and the old one is closed as gone.
     """
     out: dict[int, JobRecord] = {}
     completions: list[tuple[int, float, float, float]] = []
@@ -134,6 +140,9 @@ def fold_jobs(
     for job in jobs:
         seen.add(job.job_id)
         prev = records.get(job.job_id)
+        if prev is not None and reused_id(prev, job):
+            completions += _retire(prev, out)
+            prev = None
         if prev is not None and prev.done:
             continue
         if prev is None:
@@ -156,30 +165,33 @@ def fold_jobs(
             )
         gpus = job.gpus or prev.gpus
         closed_gpu, closed_run, last_run = prev.closed_gpu_s, prev.closed_run_s, prev.last_run_s
-        run_start, waiting = prev.run_start, prev.waiting_since
+        stint, waiting = prev.stint, prev.waiting_since
         promoted_at = prev.promoted_at_gpu_s
         state = job.state
         terminal = state.value in TERMINAL
 
-        def close(end: float, gpus: int = gpus) -> None:
-            nonlocal closed_gpu, closed_run, last_run, run_start, promoted_at
-            closed_gpu, closed_run, last_run = _stint(closed_gpu, closed_run, run_start, end, gpus)
-            run_start = None
+        def close(end: float) -> None:
+            nonlocal closed_gpu, closed_run, last_run, stint, promoted_at
+            assert stint is not None
+            closed_gpu, closed_run, last_run = attained.close(closed_gpu, closed_run, stint, end)
+            stint = None
             promoted_at = None
 
         if state in (JobState.RUNNING, JobState.COMPLETING):
             start = job.start_time or now
-            if run_start is None:
+            if stint is None:
                 # fresh start (Slurm's StartTime is exact) or resume from suspend (now)
-                run_start = start if prev.state != "SUSPENDED" else now
+                stint = attained.Stint.begin(start if prev.state != "SUSPENDED" else now, gpus)
                 waiting = None
                 if job.job_id in promoted and prev.state != "SUSPENDED":
                     promoted_at = closed_gpu
-            elif start > run_start + 1 and prev.state != "SUSPENDED":
+            elif start > stint.start + 1 and prev.state != "SUSPENDED":
                 # requeued and restarted between two passes: close the old stint
                 close(min(prev.last_seen, start))
-                run_start, waiting = start, None
-        elif run_start is not None:
+                stint, waiting = attained.Stint.begin(start, gpus), None
+            else:
+                stint = stint.resized(gpus, prev.last_seen, now)
+        elif stint is not None:
             if terminal:
                 close(job.end_time or prev.last_seen)
             elif state == JobState.SUSPENDED:
@@ -187,6 +199,11 @@ def fold_jobs(
             else:  # back to pending: requeued or preempted
                 close(prev.last_seen)
                 waiting = now
+        elif terminal and prev.state == "PENDING" and _ran_unseen(job, waiting):
+            # started and ended between two passes (or while the store was failing)
+            assert job.start_time is not None
+            stint = attained.Stint.begin(job.start_time, gpus)
+            close(job.end_time or now)
         if terminal and closed_gpu > 0:
             completions.append((job.job_id, closed_gpu, closed_run, job.end_time or now))
         out[job.job_id] = JobRecord(
@@ -200,23 +217,53 @@ def fold_jobs(
             closed_gpu_s=closed_gpu,
             closed_run_s=closed_run,
             last_run_s=last_run,
-            run_start=run_start,
+            run_start=stint.start if stint else None,
             waiting_since=waiting,
             last_seen=now,
             state=state.value,
             done=terminal,
             promoted_at_gpu_s=promoted_at,
+            open_gpu_s=stint.earlier_gpu_s if stint else 0.0,
+            seg_start=stint.seg_start if stint and stint.seg_start != stint.start else None,
         )
     for job_id, rec in records.items():
         if job_id in seen or rec.done:
             continue
         # gone from Slurm (purged after MinJobAge, or finished while we were down)
-        if rec.run_start is not None:
-            rec = _close(rec, rec.last_seen)
-        if rec.closed_gpu_s > 0:
-            completions.append((job_id, rec.closed_gpu_s, rec.closed_run_s, rec.last_seen))
-        out[job_id] = replace(rec, done=True, state="GONE")
+        completions += _retire(rec, out)
     return out, completions
+
+
+def reused_id(rec: JobRecord, job: Job) -> bool:
+    """Is `job` another job than the one `rec` records under the same id?
+
+    Slurm reuses ids after its state is reset. A requeue moves a job's SubmitTime too,
+    but also counts up its restarts; a job not yet requeued under a moved SubmitTime is a
+    new one. Where Slurm does not say how often it restarted, the record is kept (a user
+    must never be able to shed recorded service)."""
+    if not rec.submit_time or not job.submit_time or abs(job.submit_time - rec.submit_time) <= 1:
+        return False
+    return job.restart_count == 0
+
+
+def _ran_unseen(job: Job, waiting_since: float | None) -> bool:
+    """A terminal job Slurm says ran, that no pass saw running since it last waited."""
+    start, end = job.start_time, job.end_time
+    if not start or not end or end <= start:
+        return False
+    return waiting_since is None or start >= waiting_since - 1
+
+
+def _retire(rec: JobRecord, out: dict[int, JobRecord]) -> list[tuple[int, float, float, float]]:
+    """Mark a record gone (its job left Slurm, or its id was reused); its completion."""
+    if rec.done:
+        return []
+    if rec.run_start is not None:
+        rec = _close(rec, rec.last_seen)
+    out[rec.job_id] = replace(rec, done=True, state="GONE")
+    if rec.closed_gpu_s > 0:
+        return [(rec.job_id, rec.closed_gpu_s, rec.closed_run_s, rec.last_seen)]
+    return []
 
 
 def _persisted(rec: JobRecord | None) -> tuple | None:
@@ -232,6 +279,8 @@ def _persisted(rec: JobRecord | None) -> tuple | None:
         rec.partition,
         rec.done,
         rec.promoted_at_gpu_s,
+        rec.open_gpu_s,
+        rec.seg_start,
     )
 
 
@@ -239,17 +288,10 @@ def _decision_key(d: DecisionRecord) -> tuple:
     return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement)
 
 
-def _stint(
-    closed_gpu: float, closed_run: float, start: float | None, end: float, gpus: int
-) -> tuple[float, float, float]:
-    """Close a run stint: (GPU-seconds, run seconds so far, the stint's length)."""
-    assert start is not None
-    run = max(0.0, end - start)
-    return closed_gpu + run * gpus, closed_run + run, run
-
-
 def _close(rec: JobRecord, end: float) -> JobRecord:
-    gpu_s, run_s, last = _stint(rec.closed_gpu_s, rec.closed_run_s, rec.run_start, end, rec.gpus)
+    stint = rec.stint
+    assert stint is not None
+    gpu_s, run_s, last = attained.close(rec.closed_gpu_s, rec.closed_run_s, stint, end)
     return replace(
         rec,
         closed_gpu_s=gpu_s,
@@ -257,6 +299,8 @@ def _close(rec: JobRecord, end: float) -> JobRecord:
         last_run_s=last,
         run_start=None,
         promoted_at_gpu_s=None,
+        open_gpu_s=0.0,
+        seg_start=None,
     )
 
 
@@ -337,6 +381,7 @@ class Service:
         self._promoted: set[int] = set()  # waiting jobs the last pass promoted
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
+        self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -363,6 +408,13 @@ class Service:
         nodes = self.client.nodes()
         old_records, stored = self._load()
         records, completions = fold_jobs(old_records, jobs, now, self._promoted)
+        # a reused job id: what was written for the old job says nothing about the new one
+        stored_all = stored
+        stored = {
+            j: d
+            for j, d in stored.items()
+            if j not in old_records or records[j].submit_time == old_records[j].submit_time
+        }
         self.store.save_jobs(
             [r for j, r in records.items() if _persisted(r) != _persisted(old_records.get(j))],
             completions,
@@ -430,7 +482,7 @@ class Service:
             fresh[d.job_id] = old if same else rec
         self.store.save_decisions(
             [r for j, r in fresh.items() if r is not stored.get(j)],
-            drop=[j for j in stored if j not in fresh],
+            drop=[j for j in stored_all if j not in fresh],
         )
         self._decisions = fresh
         res.duration_s = time.monotonic() - t0
@@ -485,10 +537,26 @@ class Service:
         self, targets: Sequence[Job], stored: dict[int, DecisionRecord]
     ) -> dict[int, int | None]:
         """What each job holds now. Priority mode reads Slurm's own value (an admin may have
-        changed it); site-factor mode trusts what we last wrote (22.05's JSON lacks it)."""
+        changed it). Site-factor mode trusts what we last wrote (22.05's JSON lacks the
+        site factor) unless Slurm's priority shows it cannot hold it: multifactor adds
+        the site factor to non-negative weighted factors less a positive nice, so a
+        priority + nice below it means Slurm lost the write (a reset, a restore). Such a
+        job is written again once per service run; a priority an admin fixed below the
+        value would otherwise be rewritten every pass."""
         if self.config.mode == "priority":
             return {j.job_id: j.priority for j in targets}
-        return {j.job_id: (stored[j.job_id].value if j.job_id in stored else None) for j in targets}
+        out: dict[int, int | None] = {}
+        for j in targets:
+            value = stored[j.job_id].value if j.job_id in stored else None
+            # priority 0: not known (a held job's, or a backend that does not read it)
+            lost = value is not None and 0 < j.priority + max(j.nice, 0) < value
+            if lost and j.job_id not in self._rewritten:
+                self._rewritten.add(j.job_id)
+                log.info("job %d: Slurm does not hold site factor %d; writing it again",
+                         j.job_id, value)  # fmt: skip
+                value = None
+            out[j.job_id] = value
+        return out
 
     def _write_values(self, res: PassResult, planned: dict[int, int]) -> dict[int, int]:
         """Write the planned values in one batch call; the ones that took."""

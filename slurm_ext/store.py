@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.report import JobReport
+from slurm_ext.attained import Stint
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
 MIGRATIONS: list[str] = [
@@ -84,6 +85,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN promoted_at_gpu_s REAL;
     """,
+    # 3: a running stint is charged per GPU-count segment (slurm_ext.attained)
+    """
+    ALTER TABLE jobs ADD COLUMN open_gpu_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN seg_start REAL;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -111,11 +117,21 @@ class JobRecord:
     done: bool
     # attained service when a starvation promotion started the current stint (else None)
     promoted_at_gpu_s: float | None = None
+    # the open stint's GPU-seconds before seg_start, when its GPU count last changed
+    open_gpu_s: float = 0.0
+    seg_start: float | None = None  # None: the count has not changed since run_start
+
+    @property
+    def stint(self) -> Stint | None:
+        if self.run_start is None:
+            return None
+        seg = self.run_start if self.seg_start is None else self.seg_start
+        return Stint(self.run_start, self.gpus, seg, self.open_gpu_s)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
-        current = max(0.0, now - self.run_start) * self.gpus if self.run_start else 0.0
-        return self.closed_gpu_s + current
+        stint = self.stint
+        return self.closed_gpu_s + (stint.gpu_s(now) if stint else 0.0)
 
     def executed_s(self, now: float) -> float:
         current = max(0.0, now - self.run_start) if self.run_start else 0.0
@@ -201,14 +217,16 @@ class Store:
             self.db.executemany(
                 """INSERT INTO jobs VALUES (:job_id, :user, :partition, :name, :model_tag, :gpus,
                        :submit_time, :closed_gpu_s, :closed_run_s, :last_run_s, :run_start,
-                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s)
+                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s,
+                       :open_gpu_s, :seg_start)
                    ON CONFLICT(job_id) DO UPDATE SET user=excluded.user, partition=excluded.partition,
                        name=excluded.name, model_tag=excluded.model_tag, gpus=excluded.gpus,
                        submit_time=excluded.submit_time, closed_gpu_s=excluded.closed_gpu_s,
                        closed_run_s=excluded.closed_run_s, last_run_s=excluded.last_run_s,
                        run_start=excluded.run_start, waiting_since=excluded.waiting_since,
                        last_seen=excluded.last_seen, state=excluded.state, done=excluded.done,
-                       promoted_at_gpu_s=excluded.promoted_at_gpu_s""",
+                       promoted_at_gpu_s=excluded.promoted_at_gpu_s,
+                       open_gpu_s=excluded.open_gpu_s, seg_start=excluded.seg_start""",
                 [r.__dict__ | {"done": int(r.done)} for r in records],
             )
             self.db.executemany(
