@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext import attained
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, place, rank
@@ -49,14 +49,14 @@ class SlurmSection:
 
     backend: str = choices("auto", "pyslurm", "cli", default="auto")
     slurm_conf: str | None = None
-    timeout_s: float = 30.0
+    timeout_s: float = positive(30.0)
 
 
 @dataclass
 class ServiceConfig:
     """`service.toml`. See etc/service.toml for every key with its meaning."""
 
-    interval_s: float = 30.0
+    interval_s: float = positive(30.0)
     store: str = "/var/lib/slurm-ext/service.db"
     mode: str = choices("site_factor", "priority", default="site_factor")
     partitions: list[str] = field(default_factory=list)  # empty: every partition
@@ -69,13 +69,13 @@ class ServiceConfig:
     listen: str = "127.0.0.1"
     port: int = 9788  # metrics and agent reports; 0 disables the listener
     report_secret_file: str | None = None
-    backoff_max_s: float = 300.0
+    backoff_max_s: float = positive(300.0)
     # Completed-job history for the Gittins distribution, beyond what the service saw:
     # "auto" imports sacct's when accounting answers (else uses the store alone, logged
     # once), "sacct" insists (errors logged every refresh), "store" never asks sacct.
     history_source: str = choices("auto", "sacct", "store", default="auto")
-    sacct_days: float = 30.0
-    sacct_refresh_s: float = 3600.0
+    sacct_days: float = positive(30.0)
+    sacct_refresh_s: float = positive(3600.0)
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)

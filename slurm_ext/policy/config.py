@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
 
 POLICIES = ("gittins", "las", "fifo", "multifactor", "sjf", "srtf")
 ORACLES = ("sjf", "srtf")  # these read JobView.true_duration_s: simulator-only baselines
@@ -52,12 +52,12 @@ class PolicyConfig:
     )
     queue_gpu_exponent: float = 1.0
     starvation_factor: float = 160.0
-    history_window: int = 5000
+    history_window: int = positive(5000)
     min_run_s: float = 1200.0
-    gittins_grid_start_gpu_s: float = 60.0
-    gittins_grid_per_decade: int = 4
+    gittins_grid_start_gpu_s: float = positive(60.0)
+    gittins_grid_per_decade: int = positive(4)
     gittins_classes: str = choices("pooled", "gpus", default="gpus")
-    gittins_class_min_samples: int = 200
+    gittins_class_min_samples: int = positive(200)
     gittins_censored: bool = False
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
