@@ -24,7 +24,7 @@ from slurm_ext.policy import PolicyConfig, place, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import sacct_completions
-from slurm_ext.store import DecisionRecord, JobRecord, Store
+from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
 log = logging.getLogger("slurm_ext.service")
@@ -382,6 +382,7 @@ class Service:
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
         self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
+        self._wal_warned_at = -1e9
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -489,6 +490,7 @@ class Service:
         self.store.record_pass(
             now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
+        self._checkpoint()
         if self.metrics is not None:
             self.metrics.observe_pass(res, decisions)
         log.info(
@@ -501,6 +503,19 @@ class Service:
             res.duration_s,
         )
         return res
+
+    def _checkpoint(self) -> None:
+        """Truncate the store's WAL; say (hourly) when a reader's open snapshot stops it."""
+        if self.store.checkpoint() or self.store.wal_bytes() <= WAL_LIMIT_BYTES:
+            return
+        if time.monotonic() - self._wal_warned_at > 3600:
+            self._wal_warned_at = time.monotonic()
+            log.warning(
+                "store WAL is %.1f MB: a reader holds an old snapshot of %s open; it is "
+                "truncated after the first pass once that reader lets go",
+                self.store.wal_bytes() / 1e6,
+                self.store.path,
+            )
 
     def _import_history(self, now: float) -> None:
         """Refresh completions from sacct when due; never fails the pass."""

@@ -3,16 +3,24 @@
 One SQLite file in WAL mode so the CLI can read while the service writes. The schema
 is versioned (`PRAGMA user_version`) and migrated forward in order at open; a file from
 a newer release is refused rather than guessed at.
+
+Bounds: one service per store (`lock_store`, an flock on `<store>.lock`); the WAL is
+folded back and truncated after every pass (`checkpoint`), so a reader that holds a read
+transaction grows it only while it holds it; readers (the CLI) read in short snapshots.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from nodeagent.report import JobReport
 from slurm_ext.attained import Stint
@@ -94,8 +102,45 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+BUSY_TIMEOUT_S = 30
+WAL_LIMIT_BYTES = 4 << 20  # journal_size_limit: what a checkpoint leaves of the WAL file
+
+
 class StoreError(RuntimeError):
     """The store file cannot be opened or is from an incompatible release."""
+
+
+class StoreLocked(StoreError):
+    """Another process (another `slurm-ext serve`) holds the store's instance lock."""
+
+
+def lock_store(path: str | Path) -> IO[str]:
+    """Take the store's instance lock, `<store>.lock` beside it, for as long as the returned
+    file stays open (the kernel drops it when the process ends, however it ends).
+
+    Two services on one store would each write every value and record every stint."""
+    lock_path = Path(f"{path}.lock")
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock_path, "a+")  # noqa: SIM115 - held open for the service's lifetime
+    except OSError as exc:
+        raise StoreError(f"{lock_path}: cannot open the store's lock file: {exc}") from exc
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read(32).strip()
+        fh.close()
+        raise StoreLocked(
+            f"{path}: another slurm-ext service (pid {holder if holder.isdigit() else '?'}) "
+            f"is using this store (lock {lock_path}); stop it first, or give this one "
+            "another store"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
 
 
 @dataclass(frozen=True)
@@ -164,13 +209,14 @@ class Store:
                 self.db = _open_readonly(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.db = sqlite3.connect(self.path, timeout=30)
+                self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.Error as exc:
+                self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            self.db.row_factory = sqlite3.Row
+            self._migrate(readonly)
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{self.path}: cannot open store: {exc}") from exc
-        self.db.row_factory = sqlite3.Row
-        self._migrate(readonly)
 
     def _migrate(self, readonly: bool) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -193,6 +239,34 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Store]:
+        """One consistent read of several tables. Keep the block short: while a read
+        transaction is open the writer cannot truncate its WAL."""
+        self.db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self.db.execute("COMMIT")
+
+    def checkpoint(self) -> bool:
+        """Fold the WAL into the database and truncate it, without waiting for readers.
+
+        False when a reader's open snapshot kept part of it (then it is retried after
+        the next pass; the WAL can only grow while a reader holds a transaction)."""
+        self.db.execute("PRAGMA busy_timeout=0")  # never stall a pass behind a reader
+        try:
+            busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.OperationalError:
+            busy = 1
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        return busy == 0
+
+    def wal_bytes(self) -> int:
+        wal = Path(f"{self.path}-wal")
+        return wal.stat().st_size if wal.exists() else 0
 
     @property
     def schema_version(self) -> int:
