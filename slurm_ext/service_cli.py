@@ -28,7 +28,8 @@ from slurm_ext.config import ConfigError, load_config
 from slurm_ext.policy import fragmentation
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.slurm import SlurmError, make_client
-from slurm_ext.store import Store, StoreError, StoreLocked, lock_store
+from slurm_ext.store import Store, StoreError
+from slurm_ext.store_lock import StoreLocked, lock_store
 
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
 EXIT_CONFIG = 2

@@ -4,23 +4,20 @@ One SQLite file in WAL mode so the CLI can read while the service writes. The sc
 is versioned (`PRAGMA user_version`) and migrated forward in order at open; a file from
 a newer release is refused rather than guessed at.
 
-Bounds: one service per store (`lock_store`, an flock on `<store>.lock`); the WAL is
+Bounds: one service per store (slurm_ext.store_lock); the WAL is
 folded back and truncated after every pass (`checkpoint`), so a reader that holds a read
 transaction grows it only while it holds it; readers (the CLI) read in short snapshots.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from nodeagent.report import JobReport
 from slurm_ext.attained import Stint
@@ -108,39 +105,6 @@ WAL_LIMIT_BYTES = 4 << 20  # journal_size_limit: what a checkpoint leaves of the
 
 class StoreError(RuntimeError):
     """The store file cannot be opened or is from an incompatible release."""
-
-
-class StoreLocked(StoreError):
-    """Another process (another `slurm-ext serve`) holds the store's instance lock."""
-
-
-def lock_store(path: str | Path) -> IO[str]:
-    """Take the store's instance lock, `<store>.lock` beside it, for as long as the returned
-    file stays open (the kernel drops it when the process ends, however it ends).
-
-    Two services on one store would each write every value and record every stint."""
-    lock_path = Path(f"{path}.lock")
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(lock_path, "a+")  # noqa: SIM115 - held open for the service's lifetime
-    except OSError as exc:
-        raise StoreError(f"{lock_path}: cannot open the store's lock file: {exc}") from exc
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read(32).strip()
-        fh.close()
-        raise StoreLocked(
-            f"{path}: another slurm-ext service (pid {holder if holder.isdigit() else '?'}) "
-            f"is using this store (lock {lock_path}); stop it first, or give this one "
-            "another store"
-        ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
-    return fh
 
 
 @dataclass(frozen=True)
