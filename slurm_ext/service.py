@@ -237,6 +237,7 @@ class Service:
         res.decisions, res.ranked = decisions, len(decisions)
         self._promoted = {d.job_id for d in decisions if d.promoted}
         by_id = {j.job_id: j for j in active}
+        self._rewritten &= by_id.keys()  # forget jobs that left the queue
         pins = self.store.pins()
         targets = [
             by_id[d.job_id]
