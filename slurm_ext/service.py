@@ -2,9 +2,9 @@
 
 A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them into the
 store's attained-service records (`slurm_ext.records`; restart-safe: a stint's start
-comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function the simulator calls),
-turn the order into priority values with `writeback.assign_values`, and write only the
-jobs whose value, placement or run state must change.
+comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
+the simulator calls), turn the order into priority values with `writeback.assign_values`,
+and write only the jobs whose value, placement or run state must change.
 """
 
 from __future__ import annotations
@@ -219,7 +219,9 @@ class Service:
         stored = {
             j: d
             for j, d in stored.items()
-            if j not in old_records or records[j].submit_time == old_records[j].submit_time
+            if j not in old_records
+            or j not in records
+            or records[j].submit_time == old_records[j].submit_time
         }
         self.store.save_jobs(
             [
