@@ -183,3 +183,19 @@ def test_pin_by_the_admin_still_works(tmp_path):
     res = subprocess.run([*SLURM_EXT, "pin", "--config", str(config), "7"], env=env,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 0 and Store(tmp_path / "s.db", readonly=True).pins() == {7}
+
+
+def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        (tmp_path / "b").mkdir()
+        config = service_toml(tmp_path / "b")
+        config.write_text(config.read_text().replace("port = 0", f"port = {port}"))
+        res = subprocess.run([*SLURM_EXT, "serve", "--config", str(config)],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
+    assert f"127.0.0.1:{port}" in res.stderr and "holds the port" in res.stderr
