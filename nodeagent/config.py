@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
 
 
 def _positive(name: str, value: float) -> None:
@@ -24,10 +24,10 @@ class GpuConfig:
     # only for backend = "simulated": JSON list of {"pid", "gpu", "memory_bytes", "sm_util"}
     # placing real processes on the simulated GPUs (end-to-end tests)
     simulated_processes_file: str = ""
-    util_window_s: float = 10.0  # first per-process utilisation query looks this far back
+    util_window_s: float = positive(10.0)  # first per-process utilisation query looks this far back
     # read the NVML total-energy counter at most this often (it costs ~4 ms CPU per read on
     # an H100); power is integrated in between and the counter corrects it at the next read
-    energy_interval_s: float = 30.0
+    energy_interval_s: float = positive(30.0)
 
 
 @dataclass
@@ -55,8 +55,8 @@ class ReportConfig:
     interval_s: float = 60.0
     timeout_s: float = 10.0
     spool_dir: str = "/var/spool/slurm-ext-agent"
-    spool_max_batches: int = 1000
-    backoff_max_s: float = 300.0
+    spool_max_batches: int = positive(1000)
+    backoff_max_s: float = positive(300.0)
 
     def __post_init__(self) -> None:
         _positive("interval_s", self.interval_s)

@@ -76,6 +76,8 @@ class Job:
     requeue: bool = False
     tres_per_node: str = ""
     cpus_per_tres: str = ""
+    # times Slurm requeued it (a requeue also moves its SubmitTime); None: not known
+    restart_count: int | None = None
 
     @property
     def pending(self) -> bool:

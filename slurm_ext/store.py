@@ -3,6 +3,10 @@
 One SQLite file in WAL mode so the CLI can read while the service writes. The schema
 is versioned (`PRAGMA user_version`) and migrated forward in order at open; a file from
 a newer release is refused rather than guessed at.
+
+Bounds: one service per store (slurm_ext.store_lock); the WAL is
+folded back and truncated after every pass (`checkpoint`), so a reader that holds a read
+transaction grows it only while it holds it; readers (the CLI) read in short snapshots.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.report import JobReport
+from slurm_ext.attained import Stint
 from slurm_ext.policy.kinds import Completed
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
@@ -92,11 +98,20 @@ MIGRATIONS: list[str] = [
     ALTER TABLE completions ADD COLUMN account TEXT NOT NULL DEFAULT '';
     ALTER TABLE completions ADD COLUMN time_limit_s REAL;
     """,
+    # 4: a running stint is charged per GPU-count segment (slurm_ext.attained)
+    """
+    ALTER TABLE jobs ADD COLUMN open_gpu_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN seg_start REAL;
+    """,
 ]
 # a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
 # (user, name, account, time_limit_s)
 COMPLETION_KIND_DEFAULTS = ("", "", "", None)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+BUSY_TIMEOUT_S = 30
+WAL_LIMIT_BYTES = 4 << 20  # journal_size_limit: what a checkpoint leaves of the WAL file
 
 
 class StoreError(RuntimeError):
@@ -122,11 +137,21 @@ class JobRecord:
     done: bool
     # attained service when a starvation promotion started the current stint (else None)
     promoted_at_gpu_s: float | None = None
+    # the open stint's GPU-seconds before seg_start, when its GPU count last changed
+    open_gpu_s: float = 0.0
+    seg_start: float | None = None  # None: the count has not changed since run_start
+
+    @property
+    def stint(self) -> Stint | None:
+        if self.run_start is None:
+            return None
+        seg = self.run_start if self.seg_start is None else self.seg_start
+        return Stint(self.run_start, self.gpus, seg, self.open_gpu_s)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
-        current = max(0.0, now - self.run_start) * self.gpus if self.run_start else 0.0
-        return self.closed_gpu_s + current
+        stint = self.stint
+        return self.closed_gpu_s + (stint.gpu_s(now) if stint else 0.0)
 
     def executed_s(self, now: float) -> float:
         current = max(0.0, now - self.run_start) if self.run_start else 0.0
@@ -159,13 +184,14 @@ class Store:
                 self.db = _open_readonly(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.db = sqlite3.connect(self.path, timeout=30)
+                self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.Error as exc:
+                self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            self.db.row_factory = sqlite3.Row
+            self._migrate(readonly)
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{self.path}: cannot open store: {exc}") from exc
-        self.db.row_factory = sqlite3.Row
-        self._migrate(readonly)
 
     def _migrate(self, readonly: bool) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -188,6 +214,34 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Store]:
+        """One consistent read of several tables. Keep the block short: while a read
+        transaction is open the writer cannot truncate its WAL."""
+        self.db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self.db.execute("COMMIT")
+
+    def checkpoint(self) -> bool:
+        """Fold the WAL into the database and truncate it, without waiting for readers.
+
+        False when a reader's open snapshot kept part of it (then it is retried after
+        the next pass; the WAL can only grow while a reader holds a transaction)."""
+        self.db.execute("PRAGMA busy_timeout=0")  # never stall a pass behind a reader
+        try:
+            busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.OperationalError:
+            busy = 1
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        return busy == 0
+
+    def wal_bytes(self) -> int:
+        wal = Path(f"{self.path}-wal")
+        return wal.stat().st_size if wal.exists() else 0
 
     @property
     def schema_version(self) -> int:
@@ -212,14 +266,16 @@ class Store:
             self.db.executemany(
                 """INSERT INTO jobs VALUES (:job_id, :user, :partition, :name, :model_tag, :gpus,
                        :submit_time, :closed_gpu_s, :closed_run_s, :last_run_s, :run_start,
-                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s)
+                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s,
+                       :open_gpu_s, :seg_start)
                    ON CONFLICT(job_id) DO UPDATE SET user=excluded.user, partition=excluded.partition,
                        name=excluded.name, model_tag=excluded.model_tag, gpus=excluded.gpus,
                        submit_time=excluded.submit_time, closed_gpu_s=excluded.closed_gpu_s,
                        closed_run_s=excluded.closed_run_s, last_run_s=excluded.last_run_s,
                        run_start=excluded.run_start, waiting_since=excluded.waiting_since,
                        last_seen=excluded.last_seen, state=excluded.state, done=excluded.done,
-                       promoted_at_gpu_s=excluded.promoted_at_gpu_s""",
+                       promoted_at_gpu_s=excluded.promoted_at_gpu_s,
+                       open_gpu_s=excluded.open_gpu_s, seg_start=excluded.seg_start""",
                 [r.__dict__ | {"done": int(r.done)} for r in records],
             )
             self.db.executemany(

@@ -71,8 +71,10 @@ def _squeue_for(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def _spelling_free(job: Job) -> Job:
-    """Slurm 22.05 spells requests `gres:gpu:4`, 23.02+ `gres/gpu:4`; compare those apart."""
-    return dataclasses.replace(job, tres_per_node="", cpus_per_tres="")
+    """Slurm 22.05 spells requests `gres:gpu:4`, 23.02+ `gres/gpu:4`; compare those apart.
+    The recorded pyslurm jobs carry no restart count (read as unknown: None) where
+    squeue's JSON has restart_cnt."""
+    return dataclasses.replace(job, tres_per_node="", cpus_per_tres="", restart_count=None)
 
 
 def _cpus_per_gpu(text: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
 from slurm_ext.policy.kinds import parse_level
 
 POLICIES = ("gittins", "las", "fifo", "multifactor", "sjf", "srtf")
@@ -67,15 +67,15 @@ class PolicyConfig:
     )
     queue_gpu_exponent: float = 1.0
     starvation_factor: float = 160.0
-    history_window: int = 5000
+    history_window: int = positive(5000)
     min_run_s: float = 1200.0
-    gittins_grid_start_gpu_s: float = 60.0
-    gittins_grid_per_decade: int = 4
+    gittins_grid_start_gpu_s: float = positive(60.0)
+    gittins_grid_per_decade: int = positive(4)
     gittins_classes: str = choices("pooled", "gpus", default="gpus")
-    gittins_class_min_samples: int = 200
+    gittins_class_min_samples: int = positive(200)
     gittins_censored: bool = False
     gittins_kinds: list[str] = field(default_factory=lambda: ["user+name", "user+gpus", "user"])
-    gittins_kind_min_samples: int = 5
+    gittins_kind_min_samples: int = positive(5)
     gittins_time_limit: bool = True
     gittins_index: str = choices("auto", "quantum", "whole", default="auto")
     multifactor_age_weight: float = 10.0

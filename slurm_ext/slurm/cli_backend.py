@@ -66,6 +66,11 @@ def _int(value: Any, default: int = 0) -> int:
     return default if n is None else int(n)
 
 
+def _optional_int(value: Any) -> int | None:
+    n = number(value)
+    return None if n is None else int(n)
+
+
 def _time(value: Any) -> float | None:
     n = number(value)
     return n if n else None  # Slurm uses 0 for "not yet"
@@ -341,6 +346,7 @@ def job_from_squeue(rec: dict[str, Any]) -> Job:
         requeue=bool(rec.get("requeue", False)),
         tres_per_node=_text(rec.get("tres_per_node")),
         cpus_per_tres=_text(rec.get("cpus_per_tres")),
+        restart_count=_optional_int(rec.get("restart_cnt")),
     )
 
 

@@ -198,7 +198,17 @@ def job_from_pyslurm(obj: Any) -> Job:
         requeue=bool(getattr(obj, "is_requeueable", False)),
         tres_per_node=per_node,
         cpus_per_tres=f"gres/gpu:{cpus_per_gpu}" if cpus_per_gpu else "",
+        restart_count=_restart_count(obj),
     )
+
+
+def _restart_count(obj: Any) -> int | None:
+    """Times Slurm requeued the job, where this pyslurm exposes it (None: not known)."""
+    for attr in ("restart_count", "restart_cnt", "requeue_count"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def node_from_pyslurm(obj: Any) -> Node:
