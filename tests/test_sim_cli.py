@@ -49,8 +49,10 @@ def test_compare_table_and_plot(tmp_path):
     )
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert "vs FIFO" in lines[0] and [ln.split()[0] for ln in lines[1:]] == ["fifo", "las", "srtf"]
-    assert lines[1].split()[2] == "1.000"  # FIFO against itself
+    names = [ln.split()[0] for ln in lines[1:]]
+    assert "vs Slurm" in lines[0] and names == ["slurm-alone", "fifo", "las", "srtf"]
+    assert lines[1].split()[2] == "1.000"  # Slurm alone against itself
+    assert lines[2].split()[3] == "1.000"  # FIFO against itself
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,0 +1,232 @@
+"""A model of Slurm's sched/backfill pass: reservations from time limits, then backfill.
+
+Slurm's backfill plugin walks the pending jobs in priority order every `bf_interval`.
+For each it finds the earliest time the job could start, given the running jobs' time
+limits (start + limit: Slurm knows no true run times) and the reservations already made
+in this pass for higher-priority jobs. A job that can start now, for its whole time
+limit, without touching any of those reservations starts now (it is backfilled); any
+other job gets a reservation at its earliest start, if that falls inside `bf_window`.
+Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
+slurmctld does). At most `bf_max_job_test` jobs are looked at per pass.
+
+The model is per node and per GPU count: a node offers, over a time window, the fewest
+GPUs free at any moment of it. It leaves out cores, memory and licences, advance
+reservations, partitions, `bf_continue` (a pass here is instantaneous) and the per-user
+and per-partition limits (`bf_max_job_user`, ...).
+
+`backfill_pass` is a pure function of what the pass sees. It plans lazily: a blocked
+job's reservation is computed only once a lower-ranked job could start now (the only
+thing a pass changes is who starts now), in priority order, so the result is the same
+as planning every job.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from slurm_ext.policy import FreeIndex, choose_gpus
+from slurm_ext.policy.placement import min_nodes
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class BackfillParams:
+    """Slurm's SchedulerParameters that change what a pass does (defaults: Slurm's)."""
+
+    window_s: float = 86400.0  # bf_window (Slurm: minutes, default 1 day)
+    max_job_test: int = 500  # bf_max_job_test
+    resolution_s: float = 60.0  # bf_resolution
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A pending job as the pass sees it."""
+
+    job_id: int
+    gpus: int
+    consolidate: bool  # must get the fewest nodes possible
+    limit_s: float  # its time limit (inf: none)
+    cpus_per_gpu: int = 0
+
+
+class Profile:
+    """Free GPUs per node over time: a step function per node, from `base` on.
+
+    times[n][i] <= t < times[n][i + 1] has frees[n][i] GPUs free on node n (the last
+    step lasts forever).
+    """
+
+    def __init__(
+        self,
+        base: float,
+        free: Mapping[str, int],
+        ends: Iterable[tuple[float, Sequence[tuple[str, int]]]],
+    ) -> None:
+        self.base = base
+        self.nodes = list(free)
+        deltas: dict[str, list[tuple[float, int]]] = {n: [] for n in self.nodes}
+        for end, alloc in ends:
+            for n, g in alloc:
+                deltas[n].append((end, g))
+        self.times: dict[str, list[float]] = {}
+        self.frees: dict[str, list[int]] = {}
+        for n in self.nodes:
+            times, frees = [base], [free[n]]
+            for end, g in sorted(deltas[n]):
+                if end <= times[-1]:
+                    frees[-1] += g
+                else:
+                    times.append(end)
+                    frees.append(frees[-1] + g)
+            self.times[n], self.frees[n] = times, frees
+
+    def window_min(self, node: str, start: float, end: float) -> int:
+        """Fewest GPUs free on `node` at any moment of [start, end)."""
+        times, frees = self.times[node], self.frees[node]
+        i = bisect_right(times, start) - 1
+        j = bisect_left(times, end)
+        return min(frees[max(i, 0) : max(j, i + 1)])
+
+    def node_earliest(self, node: str, gpus: int, length: float, before: float) -> float:
+        """Earliest step start (< before) from which `node` keeps `gpus` free for `length`;
+        INF if none."""
+        times, frees = self.times[node], self.frees[node]
+        k = len(times)
+        i = 0
+        while i < k and times[i] < before:
+            if frees[i] >= gpus:
+                end = times[i] + length
+                j = i + 1
+                while j < k and times[j] < end and frees[j] >= gpus:
+                    j += 1
+                if j == k or times[j] >= end:
+                    return times[i]
+                i = j + 1  # step j has too few: no start before it can span it
+            else:
+                i += 1
+        return INF
+
+    def earliest(
+        self, c: Candidate, capacity: int, length: float, before: float
+    ) -> tuple[float, list[tuple[str, int]]]:
+        """The job's earliest start before `before` and the GPUs it would hold then."""
+        if c.consolidate and c.gpus <= capacity:
+            best, where = INF, ""
+            for n in self.nodes:
+                t = self.node_earliest(n, c.gpus, length, min(before, best))
+                if t < best:  # ties: the first node
+                    best, where = t, n
+            return (best, [(where, c.gpus)]) if where else (INF, [])
+        m = min_nodes(c.gpus, capacity) if c.consolidate else len(self.nodes)
+        starts = sorted({t for n in self.nodes for t in self.times[n] if t < before})
+        for s in starts:
+            offers = [(self.window_min(n, s, s + length), n) for n in self.nodes]
+            best_offers = sorted(offers, key=lambda o: -o[0])[:m]  # stable: node order
+            if sum(o for o, _ in best_offers) >= c.gpus:
+                alloc, left = [], c.gpus
+                for o, n in best_offers:
+                    if left <= 0 or o <= 0:
+                        break
+                    alloc.append((n, min(o, left)))
+                    left -= alloc[-1][1]
+                return s, alloc
+        return INF, []
+
+    def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
+        """Take `alloc`'s GPUs over [start, end)."""
+        for n, g in alloc:
+            times, frees = self.times[n], self.frees[n]
+            for t in (start, end):
+                i = bisect_right(times, t) - 1
+                if i < 0:
+                    times.insert(0, t)
+                    frees.insert(0, frees[0])
+                elif times[i] != t:
+                    times.insert(i + 1, t)
+                    frees.insert(i + 1, frees[i])
+            i, j = bisect_left(times, start), bisect_left(times, end)
+            for k in range(i, j):
+                frees[k] -= g
+
+
+def round_up(t: float, step: float) -> float:
+    return math.ceil(t / step) * step if step > 0 and t < INF else t
+
+
+def backfill_pass(
+    now: float,
+    pending: Iterable[Candidate],
+    free: Mapping[str, int],
+    running_ends: Iterable[tuple[float, Sequence[tuple[str, int]]]],
+    capacity: int,
+    params: BackfillParams,
+    free_cpus: Mapping[str, int] | None = None,
+    on_reserve: Callable[[int, float], None] | None = None,
+) -> list[tuple[int, list[tuple[str, int]]]]:
+    """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
+
+    pending: in priority order, best first; read up to `max_job_test` of them.
+    free: free GPUs per node now (node order breaks ties); running_ends: (when each
+        running job's time limit runs out, its GPUs) pairs.
+    free_cpus: free cores per node when cores count: a job starting now needs them too.
+    on_reserve: called with (job id, reserved start) for each reservation (tests).
+    """
+    res = params.resolution_s
+    base = math.floor(now / res) * res if res > 0 else now
+    free_now = dict(free)
+    cpus_now = dict(free_cpus) if free_cpus is not None else None
+    total = sum(free_now.values())
+    if total <= 0:
+        return []
+    profile: Profile | None = None  # built when first needed
+    horizon = base + params.window_s
+    started: list[tuple[int, list[tuple[str, int]]]] = []
+    deferred: list[Candidate] = []  # blocked jobs whose reservation is not planned yet
+
+    def length(c: Candidate) -> float:
+        return round_up(c.limit_s, res)
+
+    def plan(c: Candidate) -> None:
+        assert profile is not None
+        span = length(c)
+        s, alloc = profile.earliest(c, capacity, span, horizon)
+        if alloc and s < horizon:
+            profile.reserve(alloc, s, s + span)
+            if on_reserve is not None:
+                on_reserve(c.job_id, s)
+
+    for tested, c in enumerate(pending):
+        if tested >= params.max_job_test or total <= 0:
+            break
+        most = max(free_now.values())
+        need = c.gpus if not c.consolidate else min(c.gpus, capacity)
+        if c.gpus > total or (c.consolidate and most < need):
+            deferred.append(c)  # cannot start now whatever the reservations
+            continue
+        if profile is None:
+            profile = Profile(base, free_now, ((round_up(e, res), a) for e, a in running_ends))
+        for d in deferred:
+            plan(d)
+        deferred.clear()
+        span = length(c)
+        idx = FreeIndex(capacity)
+        for n in profile.nodes:  # what each node can give for the whole time limit
+            if free_now[n] > 0:
+                idx.set(n, min(free_now[n], profile.window_min(n, base, base + span)))
+        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
+        alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
+        if alloc is None:
+            deferred.append(c)
+            continue
+        profile.reserve(alloc, base, base + span)
+        for n, g in alloc:
+            free_now[n] -= g
+            if cpus_now is not None:
+                cpus_now[n] -= g * c.cpus_per_gpu
+        total -= c.gpus
+        started.append((c.job_id, alloc))
+    return started

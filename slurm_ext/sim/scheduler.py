@@ -1,0 +1,100 @@
+"""The simulator's Slurm scheduler ("slurm"): the ticks of the backfill pass and of the
+policy's pass interval, and the backfill pass on the simulator's state.
+
+Slurm's main scheduler is the engine's strict pass (priority order, it stops at the first
+job that does not fit), run after every batch of events. Its backfill pass runs at the
+multiples of `bf_interval_s`, but only when something it reads changed since the last
+one (a job arrived, started, ended or changed rank) and GPUs are free: otherwise it
+would start nothing. The pass itself is `sim.backfill.backfill_pass`, a pure function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+from slurm_ext.sim.backfill import BackfillParams, Candidate, backfill_pass
+
+if TYPE_CHECKING:
+    from slurm_ext.sim.engine import Simulator
+
+INF = math.inf
+POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
+
+
+def next_multiple(now: float, step: float) -> float:
+    """The first multiple of `step` after `now`."""
+    return (math.floor(now / step) + 1) * step
+
+
+class SlurmPasses:
+    """Mixin of `Simulator`."""
+
+    def _arm_ticks(self: Simulator, now: float) -> None:
+        """Schedule the next backfill tick (something changed) and policy tick."""
+        cl = self.cl
+        if self.bf_changed and self.bf_due is None and self.n_pending:
+            self.bf_due = next_multiple(now, cl.bf_interval_s)
+            self.seq += 1
+            heappush(self.events, (self.bf_due, BF_TICK, self.seq, 0, None))
+        if cl.pass_interval_s and cl.preemptive and self.n_pending and self.policy_due is None:
+            self._arm_policy_tick(now)
+
+    def _arm_policy_tick(self: Simulator, now: float) -> None:
+        self.policy_due = next_multiple(now, self.cl.pass_interval_s)
+        self.seq += 1
+        heappush(self.events, (self.policy_due, POLICY_TICK, self.seq, 0, None))
+
+    def _backfill(self: Simulator, now: float) -> None:
+        """One sched/backfill pass: start the jobs it backfills."""
+        self.bf_changed = False
+        if self.idx.total_free <= 0 or not self.n_pending:
+            return
+        cl = self.cl
+        params = BackfillParams(cl.bf_window_s, cl.bf_max_job_test, cl.bf_resolution_s)
+        popped: list[tuple] = []
+        try:
+            started = backfill_pass(
+                now,
+                self._candidates(popped),
+                self.idx.free,
+                (
+                    (j.start + j.limit if j.limit is not None else INF, j.alloc)
+                    for j in self.running_jobs
+                ),
+                self.idx.capacity,
+                params,
+                self.free_cpus,
+            )
+        finally:
+            for b, entry in popped:  # started jobs' entries go stale
+                heappush(self.pending[b], entry)
+        by_id = self.by_id
+        for job_id, alloc in started:
+            self._start(by_id[job_id], alloc, now)
+
+    def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
+        """The pending jobs best key first: a merge of the bucket heaps, popping entries as
+        they are read (into `popped`, to be pushed back)."""
+        heads = []
+        for b, heap in self.pending.items():
+            if self._top(heap, False) is not None:
+                heads.append((heap[0], b))
+        heapify(heads)
+        while heads:
+            entry, b = heappop(heads)
+            heap = self.pending[b]
+            heappop(heap)  # == entry
+            popped.append((b, entry))
+            job = entry[3]
+            yield Candidate(
+                job.id,
+                job.gpus,
+                job.must_consolidate,
+                job.limit if job.limit is not None else INF,
+                job.cpus_per_gpu,
+            )
+            if self._top(heap, False) is not None:
+                heappush(heads, (heap[0], b))
