@@ -64,19 +64,21 @@ class Profile:
         self,
         base: float,
         free: Mapping[str, int],
-        ends: Iterable[tuple[float, Sequence[tuple[str, int]]]],
+        node_ends: Mapping[str, Iterable[tuple[float, int]]],
     ) -> None:
+        """node_ends: per node, (end, GPUs) of each running job there (ends rounded)."""
         self.base = base
         self.nodes = list(free)
-        deltas: dict[str, list[tuple[float, int]]] = {n: [] for n in self.nodes}
-        for end, alloc in ends:
-            for n, g in alloc:
-                deltas[n].append((end, g))
+        self.pos = {n: i for i, n in enumerate(self.nodes)}
+        # single-node earliest starts per (GPUs, length), per node; `changed` logs the
+        # nodes reserved since (a reservation only delays a node's earliest start)
+        self.changed: list[int] = []
+        self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
         self.times: dict[str, list[float]] = {}
         self.frees: dict[str, list[int]] = {}
         for n in self.nodes:
             times, frees = [base], [free[n]]
-            for end, g in sorted(deltas[n]):
+            for end, g in sorted(node_ends[n]):
                 if end <= times[-1]:
                     frees[-1] += g
                 else:
@@ -115,13 +117,23 @@ class Profile:
     ) -> tuple[float, list[tuple[str, int]]]:
         """The job's earliest start before `before` and the GPUs it would hold then."""
         if c.consolidate and c.gpus <= capacity:
-            best, where = INF, ""
-            for n in self.nodes:
-                t = self.node_earliest(n, c.gpus, length, min(before, best))
-                if t < best:  # ties: the first node
-                    best, where = t, n
-            return (best, [(where, c.gpus)]) if where else (INF, [])
-        m = min_nodes(c.gpus, capacity) if c.consolidate else len(self.nodes)
+            key = (c.gpus, length, before)
+            hit = self.cache.get(key)
+            nodes = self.nodes
+            if hit is None:
+                vals = [self.node_earliest(n, c.gpus, length, before) for n in nodes]
+            else:
+                vals, seen = hit
+                for p in set(self.changed[seen:]):
+                    vals[p] = self.node_earliest(nodes[p], c.gpus, length, before)
+            self.cache[key] = (vals, len(self.changed))
+            best = min(vals)
+            if best == INF:
+                return INF, []
+            return best, [(nodes[vals.index(best)], c.gpus)]  # ties: the first node
+        if c.consolidate:
+            return self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
+        m = len(self.nodes)
         starts = sorted({t for n in self.nodes for t in self.times[n] if t < before})
         for s in starts:
             offers = [(self.window_min(n, s, s + length), n) for n in self.nodes]
@@ -136,9 +148,48 @@ class Profile:
                 return s, alloc
         return INF, []
 
+    def _earliest_nodes(
+        self, gpus: int, m: int, length: float, before: float
+    ) -> tuple[float, list[tuple[str, int]]]:
+        """A multi-node consolidated job's earliest start: m nodes that each keep an even
+        share, ceil(gpus / m), free for `length` from a common start (a sweep over each
+        node's runs of enough free GPUs)."""
+        share = -(-gpus // m)
+        events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
+        for pos, n in enumerate(self.nodes):
+            times, frees = self.times[n], self.frees[n]
+            k, i = len(times), 0
+            while i < k and times[i] < before:
+                if frees[i] < share:
+                    i += 1
+                    continue
+                j = i + 1
+                while j < k and frees[j] >= share:
+                    j += 1
+                run_end = times[j] if j < k else INF
+                last = INF if run_end == INF else run_end - length  # latest start in the run
+                if last >= times[i]:
+                    events.append((times[i], 0, pos))
+                    events.append((last, 1, pos))
+                i = j
+        events.sort()
+        open_nodes: set[int] = set()
+        for t, kind, pos in events:
+            if kind == 1:
+                open_nodes.discard(pos)
+                continue
+            open_nodes.add(pos)
+            if len(open_nodes) >= m and t < before:
+                picked = sorted(open_nodes)[:m]  # node order
+                alloc = [(self.nodes[p], share) for p in picked]
+                alloc[-1] = (alloc[-1][0], gpus - share * (m - 1))
+                return t, alloc
+        return INF, []
+
     def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
         """Take `alloc`'s GPUs over [start, end)."""
         for n, g in alloc:
+            self.changed.append(self.pos[n])
             times, frees = self.times[n], self.frees[n]
             for t in (start, end):
                 i = bisect_right(times, t) - 1
@@ -161,7 +212,7 @@ def backfill_pass(
     now: float,
     pending: Iterable[Candidate],
     free: Mapping[str, int],
-    running_ends: Iterable[tuple[float, Sequence[tuple[str, int]]]],
+    node_ends: Callable[[str], Iterable[tuple[float, int]]],
     capacity: int,
     params: BackfillParams,
     free_cpus: Mapping[str, int] | None = None,
@@ -170,8 +221,8 @@ def backfill_pass(
     """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
 
     pending: in priority order, best first; read up to `max_job_test` of them.
-    free: free GPUs per node now (node order breaks ties); running_ends: (when each
-        running job's time limit runs out, its GPUs) pairs.
+    free: free GPUs per node now (node order breaks ties).
+    node_ends: per node, (when a running job's time limit runs out, its GPUs there).
     free_cpus: free cores per node when cores count: a job starting now needs them too.
     on_reserve: called with (job id, reserved start) for each reservation (tests).
     """
@@ -208,7 +259,8 @@ def backfill_pass(
             deferred.append(c)  # cannot start now whatever the reservations
             continue
         if profile is None:
-            profile = Profile(base, free_now, ((round_up(e, res), a) for e, a in running_ends))
+            ends = {n: [(round_up(e, res), g) for e, g in node_ends(n)] for n in free_now}
+            profile = Profile(base, free_now, ends)
         for d in deferred:
             plan(d)
         deferred.clear()

@@ -60,10 +60,7 @@ class SlurmPasses:
                 now,
                 self._candidates(popped),
                 self.idx.free,
-                (
-                    (j.start + j.limit if j.limit is not None else INF, j.alloc)
-                    for j in self.running_jobs
-                ),
+                self._node_ends,
                 self.idx.capacity,
                 params,
                 self.free_cpus,
@@ -74,6 +71,13 @@ class SlurmPasses:
         by_id = self.by_id
         for job_id, alloc in started:
             self._start(by_id[job_id], alloc, now)
+
+    def _node_ends(self: Simulator, node: str) -> list[tuple[float, int]]:
+        """(when its time limit runs out, GPUs) of each job running on `node`."""
+        return [
+            (j.start + j.limit if j.limit is not None else INF, g)
+            for j, g in self.on_node[node].items()
+        ]
 
     def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
         """The pending jobs best key first: a merge of the bucket heaps, popping entries as

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from slurm_ext.hints import parse_hints
+
 FORMATS = ("tiresias", "sacct", "pai")
 
 
@@ -85,6 +87,39 @@ def _positive(value: str, what: str, kind: type = float) -> float:
     return x
 
 
+def _flag(row: dict[str, str], column: str) -> bool:
+    """An optional 0/1 column (empty or absent: 0)."""
+    value = (row.get(column) or "0").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{column} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def slurm_time_s(value: str) -> float | None:
+    """A Slurm time limit in seconds; None for UNLIMITED / Partition_Limit / empty.
+
+    Slurm's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    v = value.strip()
+    if v in ("", "UNLIMITED", "INFINITE", "Partition_Limit", "NONE", "None"):
+        return None
+    m = _SLURM_TIME.fullmatch(v) if len(v) <= 32 else None
+    if m is None:
+        raise ValueError(f"Timelimit: expected [D-]HH:MM:SS, MM:SS or MM, got {value[:40]!r}")
+    d, a, b, c = m.groups()
+    if d is not None:  # D-HH[:MM[:SS]]
+        secs = int(d) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:  # HH:MM:SS
+        secs = int(a) * 3600 + int(b) * 60 + int(c)
+    else:  # MM[:SS]
+        secs = int(a) * 60 + int(b or 0)
+    if secs <= 0:
+        raise ValueError(f"Timelimit must be > 0, got {value!r}")
+    return float(secs)
+
+
 def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
     need = ("job_id", "num_gpu", "submit_time", "duration")
     with path.open(newline="") as fh:
@@ -111,6 +146,13 @@ def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
                         if row.get("cpus_per_gpu")
                         else None
                     ),
+                    time_limit_s=(
+                        _positive(row["time_limit"], "time_limit")
+                        if row.get("time_limit")
+                        else None
+                    ),
+                    checkpoint=_flag(row, "checkpoint"),
+                    opportunistic=_flag(row, "opportunistic"),
                 )
             except (TypeError, ValueError) as exc:
                 yield TraceError(path, line, str(exc))
@@ -124,7 +166,8 @@ def _sacct_time(value: str) -> float:
 
 
 def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
-    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`."""
+    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`,
+    optionally Timelimit and Comment (hints `checkpoint=1`, `opportunistic=1`)."""
     with path.open() as fh:
         header = fh.readline().rstrip("\n").split("|")
         cols = {name: i for i, name in enumerate(header)}
@@ -152,6 +195,8 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
                 duration = _sacct_time(f[cols["End"]]) - _sacct_time(f[cols["Start"]])
                 if duration <= 0:
                     raise ValueError(f"End before Start ({duration:.0f} s)")
+                limit = slurm_time_s(f[cols["Timelimit"]]) if "Timelimit" in cols else None
+                hints = parse_hints(f[cols["Comment"]] if "Comment" in cols else "")
                 yield TraceJob(
                     job_id=int(f[cols[jid]].split("_")[0]),
                     gpus=int(m.group(1)),
@@ -160,6 +205,9 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
                     model_tag=f[cols["JobName"]] if "JobName" in cols else None,
                     user=f[cols["User"]] if "User" in cols else "",
                     partition=f[cols["Partition"]] if "Partition" in cols else "",
+                    time_limit_s=limit,
+                    checkpoint=hints.checkpoint,
+                    opportunistic=hints.opportunistic,
                 )
             except (ValueError, KeyError) as exc:
                 yield TraceError(path, line, str(exc))
