@@ -41,6 +41,10 @@ class BackfillParams:
     max_job_test: int = 500  # bf_max_job_test
     resolution_s: float = 60.0  # bf_resolution
 
+    def __post_init__(self) -> None:
+        if not (self.window_s > 0 and self.resolution_s > 0 and self.max_job_test >= 1):
+            raise ValueError(f"backfill parameters out of range: {self}")
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -227,7 +231,7 @@ def backfill_pass(
     on_reserve: called with (job id, reserved start) for each reservation (tests).
     """
     res = params.resolution_s
-    base = math.floor(now / res) * res if res > 0 else now
+    base = math.floor(now / res) * res
     free_now = dict(free)
     cpus_now = dict(free_cpus) if free_cpus is not None else None
     total = sum(free_now.values())
@@ -250,25 +254,29 @@ def backfill_pass(
             if on_reserve is not None:
                 on_reserve(c.job_id, s)
 
+    most = max(free_now.values())
+    open_nodes = [n for n, f in free_now.items() if f > 0]  # node order
+    ceil = math.ceil
     for tested, c in enumerate(pending):
         if tested >= params.max_job_test or total <= 0:
             break
-        most = max(free_now.values())
         need = c.gpus if not c.consolidate else min(c.gpus, capacity)
         if c.gpus > total or (c.consolidate and most < need):
             deferred.append(c)  # cannot start now whatever the reservations
             continue
         if profile is None:
-            ends = {n: [(round_up(e, res), g) for e, g in node_ends(n)] for n in free_now}
+            ends = {
+                n: [(ceil(e / res) * res if e < INF else e, g) for e, g in node_ends(n)]
+                for n in free_now
+            }
             profile = Profile(base, free_now, ends)
         for d in deferred:
             plan(d)
         deferred.clear()
         span = length(c)
         idx = FreeIndex(capacity)
-        for n in profile.nodes:  # what each node can give for the whole time limit
-            if free_now[n] > 0:
-                idx.set(n, min(free_now[n], profile.window_min(n, base, base + span)))
+        for n in open_nodes:  # what each node can give for the whole time limit
+            idx.set(n, min(free_now[n], profile.window_min(n, base, base + span)))
         cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
         alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
         if alloc is None:
@@ -281,4 +289,6 @@ def backfill_pass(
                 cpus_now[n] -= g * c.cpus_per_gpu
         total -= c.gpus
         started.append((c.job_id, alloc))
+        open_nodes = [n for n in open_nodes if free_now[n] > 0]
+        most = max((free_now[n] for n in open_nodes), default=0)
     return started
