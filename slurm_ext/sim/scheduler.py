@@ -52,6 +52,8 @@ class SlurmPasses:
         self.bf_changed = False
         if self.idx.total_free <= 0 or not self.n_pending:
             return
+        if not self._any_fits_now():
+            return  # nothing can start now, whatever the reservations
         cl = self.cl
         params = BackfillParams(cl.bf_window_s, cl.bf_max_job_test, cl.bf_resolution_s)
         popped: list[tuple] = []
@@ -71,6 +73,19 @@ class SlurmPasses:
         by_id = self.by_id
         for job_id, alloc in started:
             self._start(by_id[job_id], alloc, now)
+
+    def _any_fits_now(self: Simulator) -> bool:
+        """Whether some pending job's GPU count fits the free GPUs now (the pass could
+        start something); per bucket, by GPUs and consolidation only."""
+        idx = self.idx
+        total, cap = idx.total_free, idx.capacity
+        most = next((f for f in range(cap, 0, -1) if idx.buckets[f]), 0)
+        for (gpus, consolidate, _), heap in self.pending.items():
+            if gpus > total or (consolidate and min(gpus, cap) > most):
+                continue
+            if self._top(heap, False) is not None:
+                return True
+        return False
 
     def _node_ends(self: Simulator, node: str) -> list[tuple[float, int]]:
         """(when its time limit runs out, GPUs) of each job running on `node`."""
