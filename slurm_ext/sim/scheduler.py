@@ -74,18 +74,24 @@ class SlurmPasses:
         for job_id, alloc in started:
             self._start(by_id[job_id], alloc, now)
 
-    def _any_fits_now(self: Simulator) -> bool:
-        """Whether some pending job's GPU count fits the free GPUs now (the pass could
-        start something); per bucket, by GPUs and consolidation only."""
+    def _fits_now(self: Simulator, bucket: tuple[int, bool, int]) -> bool:
+        """Whether a job of this bucket could fit the free GPUs now, by GPU count alone.
+        Starts only take GPUs, so a bucket that cannot fit at the start of a pass cannot
+        fit later in it."""
         idx = self.idx
-        total, cap = idx.total_free, idx.capacity
-        most = next((f for f in range(cap, 0, -1) if idx.buckets[f]), 0)
-        for (gpus, consolidate, _), heap in self.pending.items():
-            if gpus > total or (consolidate and min(gpus, cap) > most):
-                continue
-            if self._top(heap, False) is not None:
-                return True
-        return False
+        gpus, consolidate, _ = bucket
+        if gpus > idx.total_free:
+            return False
+        return not consolidate or any(
+            idx.buckets[f] for f in range(min(gpus, idx.capacity), idx.capacity + 1)
+        )
+
+    def _any_fits_now(self: Simulator) -> bool:
+        """Whether some pending job could fit now (the pass could start something)."""
+        return any(
+            self._fits_now(b) and self._top(heap, False) is not None
+            for b, heap in self.pending.items()
+        )
 
     def _node_ends(self: Simulator, node: str) -> list[tuple[float, int]]:
         """(when its time limit runs out, GPUs) of each job running on `node`."""
@@ -96,13 +102,16 @@ class SlurmPasses:
 
     def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
         """The pending jobs best key first: a merge of the bucket heaps, popping entries as
-        they are read (into `popped`, to be pushed back)."""
+        they are read (into `popped`, to be pushed back). It ends once only buckets that
+        cannot fit now are left: their jobs cannot start in this pass, so neither their
+        reservations nor anything after them changes what it starts."""
         heads = []
         for b, heap in self.pending.items():
             if self._top(heap, False) is not None:
                 heads.append((heap[0], b))
         heapify(heads)
-        while heads:
+        fit = {b for _, b in heads if self._fits_now(b)}
+        while heads and fit:
             entry, b = heappop(heads)
             heap = self.pending[b]
             heappop(heap)  # == entry
@@ -117,3 +126,5 @@ class SlurmPasses:
             )
             if self._top(heap, False) is not None:
                 heappush(heads, (heap[0], b))
+            else:
+                fit.discard(b)
