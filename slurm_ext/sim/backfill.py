@@ -78,6 +78,8 @@ class Profile:
         # nodes reserved since (a reservation only delays a node's earliest start)
         self.changed: list[int] = []
         self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
+        # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
+        self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
         self.times: dict[str, list[float]] = {}
         self.frees: dict[str, list[int]] = {}
         for n in self.nodes:
@@ -136,7 +138,17 @@ class Profile:
                 return INF, []
             return best, [(nodes[vals.index(best)], c.gpus)]  # ties: the first node
         if c.consolidate:
-            return self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
+            # still right if no reservation since took one of its nodes: a reservation
+            # only delays the nodes it takes
+            key = (c.gpus, length, before)
+            hit = self.multi.get(key)
+            if hit is not None:
+                (t, alloc), seen = hit
+                if {self.pos[n] for n, _ in alloc}.isdisjoint(self.changed[seen:]):
+                    return t, alloc
+            out = self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
+            self.multi[key] = (out, len(self.changed))
+            return out
         m = len(self.nodes)
         starts = sorted({t for n in self.nodes for t in self.times[n] if t < before})
         for s in starts:
