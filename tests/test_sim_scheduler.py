@@ -1,11 +1,13 @@
 """The Slurm scheduler model ("slurm"): main scheduler, backfill reservations from time
 limits, time-limit kills, bf_window, and the other schedulers on hand-built traces."""
 
+import math
+import random
 from dataclasses import replace
 
 import pytest
 
-from slurm_ext.policy import PolicyConfig
+from slurm_ext.policy import FreeIndex, PolicyConfig, choose_gpus
 from slurm_ext.sim.backfill import BackfillParams, Candidate, Profile, backfill_pass
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.run import simulate
@@ -130,3 +132,68 @@ def test_run_fills_missing_limits_and_is_seeded():
     assert a["avg_jct_s"] == b["avg_jct_s"]
     assert {"timeouts", "requeues", "lost_work_gpu_s"} <= set(a)
     assert a["jobs"] == c["jobs"] == 40
+
+
+def test_multi_node_reservation_needs_a_common_window():
+    # 8 GPUs on 4-GPU nodes: both nodes whole for 100 s from the same start. n0 is whole
+    # from 60 to 200, then reserved; n1 from 180 on: no common window until n0 is free
+    # again at 400.
+    p = Profile(0.0, {"n0": 0, "n1": 0}, {"n0": [(60.0, 4)], "n1": [(180.0, 4)]})
+    p.reserve([("n0", 2)], 200.0, 400.0)
+    c = Candidate(1, 8, True, 100.0)
+    assert p.earliest(c, 4, 100.0, 1e9) == (400.0, [("n0", 4), ("n1", 4)])
+    p.reserve([("n1", 1)], 400.0, 460.0)  # one of its nodes: the cached answer is redone
+    assert p.earliest(c, 4, 100.0, 1e9)[0] == 460.0
+
+
+def _eager_pass(now, cands, free, ends, cap, params):
+    """Reference: plan every job in order (no laziness, no early end of the walk)."""
+    res = params.resolution_s
+    base = math.floor(now / res) * res
+    rounded = {n: [(math.ceil(e / res) * res, g) for e, g in ends[n]] for n in free}
+    profile = Profile(base, free, rounded)
+    free_now, started = dict(free), []
+    for c in cands[: params.max_job_test]:
+        span = math.ceil(c.limit_s / res) * res
+        idx = FreeIndex(cap)
+        for n in free:
+            if free_now[n] > 0:
+                idx.set(n, min(free_now[n], profile.window_min(n, base, base + span)))
+        alloc = choose_gpus(idx, c.gpus, c.consolidate)
+        if alloc is not None:
+            profile.reserve(alloc, base, base + span)
+            for n, g in alloc:
+                free_now[n] -= g
+            started.append((c.job_id, alloc))
+            continue
+        s, where = profile.earliest(c, cap, span, base + params.window_s)
+        if where and s < base + params.window_s:
+            profile.reserve(where, s, s + span)
+    return started
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lazy_pass_starts_what_planning_every_job_starts(seed):
+    rng = random.Random(seed)
+    cap = rng.choice([4, 8])
+    names = [f"n{i}" for i in range(rng.randint(2, 5))]
+    free, ends = {}, {}
+    for n in names:
+        used, ends[n] = 0, []
+        while used < cap and rng.random() < 0.8:
+            g = rng.randint(1, cap - used)
+            ends[n].append((rng.uniform(10, 20000), g))
+            used += g
+        free[n] = cap - used
+    cands = [
+        Candidate(
+            i,
+            rng.choice([1, 1, 2, cap // 2, cap, 2 * cap]),
+            rng.random() < 0.8,
+            rng.choice([600.0, 3600.0, 14400.0, 86400.0 * 3]),
+        )
+        for i in range(rng.randint(1, 25))
+    ]
+    params = BackfillParams(window_s=rng.choice([3600.0, 86400.0]), max_job_test=20)
+    lazy = backfill_pass(500.0, cands, free, ends.__getitem__, cap, params)
+    assert lazy == _eager_pass(500.0, cands, free, ends, cap, params)
