@@ -1,9 +1,10 @@
-"""The simulator's incremental node-clearing tables: an acceleration of the one preemption
-rule (`policy.preemption.choose_victims`) for jobs that must consolidate.
+"""The simulator's preemption: the one rule (`policy.preemption.choose_victims`) on the
+simulator's state, and its incremental node-clearing tables, an acceleration of the rule
+for jobs that must consolidate.
 
-Used only while every running job may be preempted (the engine calls `choose_victims`
-directly otherwise); tests/test_sim_preemption.py checks that each clearing preempts
-exactly the jobs `choose_victims` picks on the same state.
+The tables are used only while every running job may be preempted (`choose_victims` is
+called directly otherwise); tests/test_sim_preemption.py checks that each clearing
+preempts exactly the jobs `choose_victims` picks on the same state.
 
 A failed preemption attempt is not retried while it would fail again. The room a job J
 can make (free GPUs plus those of running jobs ranked below J, in all or per node) only
@@ -23,12 +24,16 @@ are free already), rebuilt lazily for nodes marked dirty.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from heapq import heappop
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy import choose_gpus
 from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -39,7 +44,79 @@ _first = itemgetter(0)
 
 
 class NodeClearing:
-    """Mixin of `Simulator`: the clearing tables and the no-room cache."""
+    """Mixin of `Simulator`: preemption, the clearing tables and the no-room cache."""
+
+    def _make_room(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """Preempt the running jobs `choose_victims` picks for `job`; its GPUs, or None if
+        they cannot make room.
+
+        For a job that must consolidate, while every job may be preempted, the clearing
+        tables (sim/clearing.py) pick the same victims faster.
+        """
+        if job.must_consolidate:
+            if self.all_preemptible and not self.verify_victims:
+                return self._clear_nodes(job, now)
+            below = sorted(
+                (e for e in self.running if e[1] == e[3].key_ver and e[3].running),
+                key=_first,
+            )
+            cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
+            victims = self._victims(job, cands)
+            if self.all_preemptible:  # verify_victims: the tables must agree
+                alloc = self._clear_nodes(job, now)
+                if sorted(self.cleared) != sorted(victims):
+                    raise AssertionError(
+                        f"job {job.id}: clearing tables preempted {sorted(self.cleared)}, "
+                        f"choose_victims picks {sorted(victims)}"
+                    )
+                return alloc
+            if not victims:
+                self._no_room_here(job, tuple(self.node_names))
+                return None
+            for v in victims:
+                self._preempt(self.by_id[v], now, release=True)
+            return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
+        popped: list[tuple] = []
+        victims = self._victims(job, self._pop_below(job, now, popped))
+        gone = set(victims)
+        for entry in popped:
+            if entry[3].id in gone:
+                self._preempt(entry[3], now, release=True)
+            else:
+                heapq.heappush(self.running, entry)
+        if not victims:
+            self.no_room[job.id] = (job.key_ver, self.epoch)
+            return None
+        return choose_gpus(self.idx, job.gpus, False, self._cpus(job.cpus_per_gpu))
+
+    def _pop_below(
+        self: Simulator, job: SimJob, now: float, popped: list[tuple]
+    ) -> Iterator[RunningJob]:
+        """The running jobs ranked below `job`, worst first, popped off the running heap as
+        they are read (into `popped`)."""
+        while True:
+            top = self._top(self.running, True)
+            if top is None or not top.key > job.key:
+                return
+            popped.append(heappop(self.running))
+            yield self._running_view(top, now)
+
+    def _running_view(self: Simulator, job: SimJob, now: float) -> RunningJob:
+        return RunningJob(
+            job.id, tuple(job.alloc), job.preemptible, now - job.start, False, job.cpus_per_gpu
+        )
+
+    def _victims(self: Simulator, job: SimJob, below: Iterable[RunningJob]) -> list[int]:
+        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
+        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu)
+        return choose_victims(
+            waiting,
+            below,
+            self.idx.free,
+            self.idx.capacity,
+            self.cfg.min_run_s,
+            self.free_cpus,
+        )
 
     def _may_make_room(self: Simulator, job: SimJob) -> bool:
         """False if `_make_room` would fail as it did last time (see `no_room`)."""

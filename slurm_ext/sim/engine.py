@@ -31,7 +31,7 @@ import math
 import random
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
 from math import nextafter
 from operator import itemgetter
@@ -47,7 +47,6 @@ from slurm_ext.policy import (
     spread_slowdown,
 )
 from slurm_ext.policy.placement import consolidate_for, min_nodes
-from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
 from slurm_ext.policy.ranking import key_and_change, starved
 from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
 from slurm_ext.sim.cpus import cpu_speed, even_share
@@ -440,76 +439,6 @@ class Simulator(SlurmPasses, NodeClearing):
                 blocked.add(b)
             else:
                 return
-
-    def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
-        """Preempt the running jobs `choose_victims` picks for `job`; its GPUs, or None if
-        they cannot make room.
-
-        For a job that must consolidate, while every job may be preempted, the clearing
-        tables (sim/clearing.py) pick the same victims faster.
-        """
-        if job.must_consolidate:
-            if self.all_preemptible and not self.verify_victims:
-                return self._clear_nodes(job, now)
-            below = sorted(
-                (e for e in self.running if e[1] == e[3].key_ver and e[3].running),
-                key=_first,
-            )
-            cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
-            victims = self._victims(job, cands)
-            if self.all_preemptible:  # verify_victims: the tables must agree
-                alloc = self._clear_nodes(job, now)
-                if sorted(self.cleared) != sorted(victims):
-                    raise AssertionError(
-                        f"job {job.id}: clearing tables preempted {sorted(self.cleared)}, "
-                        f"choose_victims picks {sorted(victims)}"
-                    )
-                return alloc
-            if not victims:
-                self._no_room_here(job, tuple(self.node_names))
-                return None
-            for v in victims:
-                self._preempt(self.by_id[v], now, release=True)
-            return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
-        popped: list[tuple] = []
-        victims = self._victims(job, self._pop_below(job, now, popped))
-        gone = set(victims)
-        for entry in popped:
-            if entry[3].id in gone:
-                self._preempt(entry[3], now, release=True)
-            else:
-                heapq.heappush(self.running, entry)
-        if not victims:
-            self.no_room[job.id] = (job.key_ver, self.epoch)
-            return None
-        return choose_gpus(self.idx, job.gpus, False, self._cpus(job.cpus_per_gpu))
-
-    def _pop_below(self, job: SimJob, now: float, popped: list[tuple]) -> Iterator[RunningJob]:
-        """The running jobs ranked below `job`, worst first, popped off the running heap as
-        they are read (into `popped`)."""
-        while True:
-            top = self._top(self.running, True)
-            if top is None or not top.key > job.key:
-                return
-            popped.append(heappop(self.running))
-            yield self._running_view(top, now)
-
-    def _running_view(self, job: SimJob, now: float) -> RunningJob:
-        return RunningJob(
-            job.id, tuple(job.alloc), job.preemptible, now - job.start, False, job.cpus_per_gpu
-        )
-
-    def _victims(self, job: SimJob, below: Iterable[RunningJob]) -> list[int]:
-        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
-        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu)
-        return choose_victims(
-            waiting,
-            below,
-            self.idx.free,
-            self.idx.capacity,
-            self.cfg.min_run_s,
-            self.free_cpus,
-        )
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         if starved(
