@@ -10,12 +10,30 @@ from pathlib import Path
 
 import click
 
+from slurm_ext.config import ConfigError, load_config
+from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay import service, target
 from slurm_ext.replay.metrics import KEYS, add_ratios, summarize
 from slurm_ext.replay.plan import MODES, PlanError, auto_speedup, limit_fidelity, plan
 from slurm_ext.replay.run import Interrupted, Replay, ReplayError
 from slurm_ext.replay.slurmconf import replay_conf
 from slurm_ext.sim.traces import FORMATS, TraceError, read_trace
+
+
+def save_records(path: Path, records: dict, submitted: dict) -> None:
+    """Per trace job: Slurm's id, final state, runs (epoch start, end), requeues."""
+    out = {
+        str(job.trace.job_id): {
+            "slurm_id": sid,
+            "state": records[sid].state if sid in records else "UNKNOWN",
+            "runs": records[sid].runs if sid in records else [],
+            "requeues": records[sid].requeues if sid in records else 0,
+            "limit_min": job.limit_min,
+            "work_wall_s": job.work_wall_s,
+        }
+        for sid, job in submitted.items()
+    }
+    path.write_text(json.dumps(out, indent=1))
 
 
 def _say(msg: str) -> None:
@@ -36,6 +54,7 @@ def replay_mode(
     partition: str | None = None,
     accounting: bool = True,
     stop_event=None,
+    policy: PolicyConfig | None = None,
 ) -> dict[str, float]:
     """One mode on a fresh local cluster (or the given partition); its summary row."""
     label = f"[{mode}] "
@@ -59,6 +78,7 @@ def replay_mode(
                 tgt.partition,
                 speedup,
                 preemption=mode == "service-requeue",
+                policy=policy,
             )
             proc = service.start(cfg, workdir / "service.log")
             _say(f"{label}service started (pid {proc.pid}, log {workdir}/service.log)")
@@ -66,6 +86,7 @@ def replay_mode(
         if stop_event is not None:
             replay.stop_event = stop_event
         records, _ = replay.run()
+        save_records(workdir / "records.json", records, replay.submitted)
         row = summarize(records.values(), tgt.total_gpus, speedup)
         row["mode"] = mode  # type: ignore[assignment]
         row["speedup"] = speedup
@@ -127,6 +148,13 @@ def replay_mode(
     default=None,
     help="Keep clusters, logs and checkpoints here.  [default: a temporary dir, removed]",
 )
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(),
+    default=None,
+    help="TOML with PolicyConfig keys for the service (trace seconds; scaled for you).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def replay(
     trace_path,
@@ -142,6 +170,7 @@ def replay(
     slurm_conf,
     partition,
     workdir,
+    config_path,
     as_json,
 ):
     """Replay a trace live on Slurm, time-compressed, and report `simulate`'s metrics."""
@@ -154,8 +183,9 @@ def replay(
     if slurm_conf and not partition:
         raise click.BadParameter("--slurm-conf needs --partition", param_hint="--partition")
     try:
+        policy = load_config(PolicyConfig, config_path)
         trace = read_trace(trace_path, fmt, skip_bad=skip_bad)
-    except TraceError as exc:
+    except (ConfigError, TraceError) as exc:
         raise click.ClickException(str(exc)) from exc
     if not trace.jobs:
         raise click.ClickException(f"{trace_path}: no usable jobs")
@@ -181,6 +211,7 @@ def replay(
             rows[mode] = replay_mode(
                 trace.jobs, mode, root / mode, speedup, checkpoint_interval,
                 preemptible_fraction, seed, nodes, gpus_per_node, slurm_conf, partition,
+                policy=policy,
             )  # fmt: skip
     except Interrupted:
         _say("replay: interrupted; cancelled the jobs it submitted and stopped what it started")

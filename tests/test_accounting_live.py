@@ -1,0 +1,38 @@
+"""LocalCluster(accounting=True): a private MariaDB + slurmdbd; sacct reads jobs back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_ext.testing.cluster import LocalCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def test_accounting_cluster_records_jobs_in_sacct(tmp_path: Path) -> None:
+    with LocalCluster(nodes=1, gpus_per_node=2, root=tmp_path / "c", accounting=True) as cluster:
+        job = cluster.sbatch("--gres=gpu:2", "-J", "acct-check", wrap="sleep 1")
+        deadline = time.monotonic() + 60
+        row = ""
+        while time.monotonic() < deadline:
+            out = cluster.run(
+                "sacct", "-X", "-n", "-P", f"-j{job}", "-o", "JobIDRaw,JobName,State,AllocTRES"
+            )
+            row = out.strip()
+            if "|COMPLETED|" in row:
+                break
+            time.sleep(0.5)
+        fields = row.split("|")
+        assert fields[:3] == [str(job), "acct-check", "COMPLETED"], row
+        assert "gres/gpu=2" in fields[3]
+        # the multifactor weights that need slurmdbd are in force, not ignored
+        log = cluster.log()
+        assert "can only be used with SlurmDBD" not in log
+        weights = cluster.run("sprio", "-w", "-h")
+        assert "1000" in weights  # PriorityWeightAge / Fairshare
+        # the database and slurmdbd are this cluster's own, in its directory
+        assert (cluster.root / "db" / "data" / "mysql").is_dir()
+        assert cluster.log("slurmdbd")
