@@ -1,0 +1,158 @@
+"""Simulator fidelity: each trace replayed live on Slurm (slurm-ext replay) and simulated.
+
+    .venv/bin/python benchmarks/bench_fidelity.py                       # every trace and mode
+    .venv/bin/python benchmarks/bench_fidelity.py --traces tiresias60 --speedup 30
+    .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 150 --modes slurm,service
+
+Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
+--jobs jobs, offered load --load on the cluster's GPUs) and the Tiresias 60-job trace
+(`tiresias60`, from tests/data or <repo>/../shared/traces; skipped, saying so, when
+absent). Per trace and mode: the live replay's avg JCT (trace seconds, read from
+sacct), the simulator's with matching settings, their ratio, and whether the modes
+rank the same way live and simulated.
+
+Mode -> simulator settings (same time limits, `fill_time_limits(jobs, seed)`):
+  slurm            policy fifo (Slurm's multifactor here is age + one user's fair-share),
+                   no preemption
+  service          policy gittins (the service's default PolicyConfig), no preemption
+  service-requeue  policy gittins, preemption of opted-in jobs
+with `--scheduler` (default "slurm": the simulator's model of sched/backfill) when
+SimConfig has a `scheduler` field, else today's greedy backfill (SimConfig(backfill=True))
+with a warning. Each live replay takes up to ~8 minutes at the default speedup; this is
+a long benchmark, run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.replay.cli import replay_mode
+from slurm_ext.replay.plan import MODES, auto_speedup
+from slurm_ext.sim.engine import SimConfig
+from slurm_ext.sim.run import simulate
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.timelimits import fill_time_limits
+from slurm_ext.sim.traces import TraceJob, read_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TIRESIAS_60 = (
+    ROOT / "tests" / "data" / "tiresias-60job.csv",
+    ROOT.parent / "shared" / "traces" / "tiresias-60job.csv",
+)
+SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
+# names the simulator's scheduler-model options may carry (set only those SimConfig has)
+OPTIONAL_FIELDS = {
+    "preemptible_fraction": ("preemptible_fraction",),
+    "checkpoint_interval": ("checkpoint_interval_s", "checkpoint_interval"),
+    "seed": ("seed",),
+}
+
+
+def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] | None:
+    if name == "tiresias60":
+        for path in TIRESIAS_60:
+            if path.exists():
+                return read_trace(path).jobs
+        print(f"skipping tiresias60: not found at {' or '.join(map(str, TIRESIAS_60))}")
+        return None
+    if name.startswith("synth") and name[5:].isdigit():
+        return synth_jobs(jobs, gpus, load, int(name[5:]))
+    raise SystemExit(f"unknown trace {name!r} (synthN or tiresias60)")
+
+
+def sim_config(args: argparse.Namespace, mode: str) -> SimConfig:
+    names = {f.name for f in dataclasses.fields(SimConfig)}
+    kw: dict[str, object] = dict(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        preemptive=mode == "service-requeue",
+        backfill=True,
+    )
+    if "scheduler" in names:
+        kw["scheduler"] = args.scheduler
+    for opt, candidates in OPTIONAL_FIELDS.items():
+        field = next((c for c in candidates if c in names), None)
+        if field:
+            kw[field] = getattr(args, opt)
+    return SimConfig(**kw)  # type: ignore[arg-type]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--traces", default="synth1,synth2,tiresias60")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--jobs", type=int, default=150, help="jobs per synthetic trace")
+    ap.add_argument("--load", type=float, default=1.0, help="synthetic offered load")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--gpus-per-node", type=int, default=4)
+    ap.add_argument("--speedup", type=float, default=None, help="default: replay's auto speedup")
+    ap.add_argument("--checkpoint-interval", type=float, default=1800.0)
+    ap.add_argument("--preemptible-fraction", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scheduler", default="slurm", help="SimConfig.scheduler when it exists")
+    ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
+    args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if "scheduler" not in {f.name for f in dataclasses.fields(SimConfig)}:
+        print(
+            "WARNING: SimConfig has no `scheduler` field yet: simulating with today's greedy "
+            "backfill (SimConfig(backfill=True)), not a model of Slurm's sched/backfill",
+            file=sys.stderr,
+        )
+    gpus = args.nodes * args.gpus_per_node
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-fidelity-"))
+    rows = []
+    for name in args.traces.split(","):
+        trace = load_trace(name, args.jobs, gpus, args.load)
+        if trace is None:
+            continue
+        trace = fill_time_limits(trace, args.seed)
+        speedup = args.speedup or auto_speedup(trace, gpus)
+        live, sim = {}, {}
+        for mode in modes:
+            row = replay_mode(
+                trace, mode, work / name / mode, speedup, args.checkpoint_interval,
+                args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
+            )  # fmt: skip
+            live[mode] = row["avg_jct_s"]
+            policy = replace(PolicyConfig(), policy=SIM_POLICY[mode])
+            out, _ = simulate(trace, policy, sim_config(args, mode))
+            sim[mode] = out["avg_jct_s"]
+            rows.append((name, len(trace), speedup, mode, live[mode], sim[mode], row))
+            print(
+                f"{name} {mode}: live {live[mode]:.0f} s, sim {sim[mode]:.0f} s, "
+                f"ratio {live[mode] / sim[mode]:.2f}",
+                flush=True,
+            )
+        same = sorted(modes, key=live.get) == sorted(modes, key=sim.get)
+        rows.append((name, "order", sorted(modes, key=live.get), sorted(modes, key=sim.get), same))
+    print()
+    print(
+        "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim | live p95 | live util | requeues | timeouts |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if r[1] == "order":
+            print(
+                f"| {r[0]} | mode order live {' < '.join(r[2])}; sim {' < '.join(r[3])} | match: {'yes' if r[4] else 'NO'} |"
+            )
+            continue
+        name, n, speedup, mode, lv, sv, row = r
+        print(
+            f"| {name} | {n} | {speedup:.0f} | {mode} | {lv:.0f} | {sv:.0f} | {lv / sv:.2f} | "
+            f"{row['p95_jct_s']:.0f} | {row['gpu_utilization']:.2f} | {row['requeues']} | {row['timeouts']} |"
+        )
+    print(f"\nlogs: {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
