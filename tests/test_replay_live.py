@@ -178,3 +178,20 @@ def test_replay_says_when_slurm_does_not_answer(tmp_path: Path) -> None:
         cluster.stop()
     assert res.returncode == 1
     assert "Slurm does not answer" in res.stderr
+
+
+def test_service_modes_refuse_a_partition_with_other_jobs(
+    clean_queue: LocalCluster, tmp_path: Path
+) -> None:
+    cluster = clean_queue
+    outsider = cluster.sbatch("--gres=gpu:1", "-J", "someone-elses", wrap="sleep 300")
+    trace = _csv(tmp_path / "t.csv", [(0, 1, 0.0, 60.0)])
+    res = subprocess.run(
+        [*SLURM_EXT, "replay", "--trace", str(trace), "--mode", "service",
+         "--slurm-conf", str(cluster.conf_path), "--partition", cluster.partition],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 1
+    assert f"needs partition '{cluster.partition}' to itself" in res.stderr
+    left = cluster.run("squeue", "-h", "-o", "%i %j").split("\n")
+    assert [line for line in left if line.strip()] == [f"{outsider} someone-elses"]

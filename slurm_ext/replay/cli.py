@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -59,6 +60,14 @@ def replay_mode(
     """One mode on a fresh local cluster (or the given partition); its summary row."""
     label = f"[{mode}] "
     tgt = target.existing(slurm_conf, partition or "") if slurm_conf else None
+    if tgt is not None and mode != "slurm":
+        others = target.foreign_jobs(tgt)
+        if others:  # the service writes the priority of every job in its partition
+            raise target.TargetError(
+                f"mode {mode} needs partition {tgt.partition!r} to itself: it holds "
+                f"{len(others)} other job(s) (e.g. {others[0]}) whose priority the service "
+                "would change"
+            )
     shape = (tgt.nodes, tgt.gpus_per_node) if tgt else (nodes, gpus_per_node)
     planned = plan(jobs, speedup, *shape, mode, preemptible_fraction, seed)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -206,6 +215,9 @@ def replay(
     _say(f"replaying {len(trace.jobs)} jobs at speedup {speedup:.1f} in modes {', '.join(names)}")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="slurm-ext-replay-"))
     rows: dict[str, dict] = {}
+    # SIGTERM outside the submit loop (cluster start-up, service start) unwinds like
+    # Ctrl-C, through every `finally` that stops what was started
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         for mode in names:
             rows[mode] = replay_mode(
@@ -213,7 +225,7 @@ def replay(
                 preemptible_fraction, seed, nodes, gpus_per_node, slurm_conf, partition,
                 policy=policy,
             )  # fmt: skip
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         _say("replay: interrupted; cancelled the jobs it submitted and stopped what it started")
         sys.exit(130)
     except (ReplayError, target.TargetError, PlanError) as exc:

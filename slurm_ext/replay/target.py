@@ -77,6 +77,12 @@ def existing(slurm_conf: str, partition: str) -> Target:
     return Target(env, partition, len(gpus), max(gpus.values()), accounting)
 
 
+def foreign_jobs(tgt: Target) -> list[str]:
+    """Jobs already in the target's partition (the service would rank and write them)."""
+    out = _run(tgt.env, "squeue", "-h", "-p", tgt.partition, "-t", "PD,R,CG,S", "-o", "%i %u")
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def local(
     root: Path, nodes: int, gpus_per_node: int, extra_conf: str, accounting: bool = True
 ) -> Target:
