@@ -152,13 +152,16 @@ def install_db(root: Path) -> None:
         raise AccountingError(f"mariadb-install-db failed: {res.stderr.strip()[-500:]}")
 
 
-def register(env: dict[str, str], cluster_name: str, timeout: float = 30.0) -> None:
+def register(
+    env: dict[str, str], cluster_name: str, prefix: str | Path | None = None, timeout: float = 30.0
+) -> None:
     """Add the cluster to slurmdbd (sacctmgr -i), retrying while slurmdbd warms up."""
+    sacctmgr = find_binary("sacctmgr", prefix)
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         res = subprocess.run(
-            ["sacctmgr", "-i", "add", "cluster", cluster_name],
+            [sacctmgr, "-i", "add", "cluster", cluster_name],
             env=env,
             capture_output=True,
             text=True,

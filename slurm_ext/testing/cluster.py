@@ -254,12 +254,13 @@ class LocalCluster:
         self._spawn("mariadbd", accounting.mariadb_argv(root, self.db_port))
         log = root / "log" / "mariadbd.log"
         accounting.wait_port(self.db_port, self._procs["mariadbd"], "mariadbd", log, timeout)
-        slurmdbd = accounting.find_binary("slurmdbd", getattr(self, "prefix", None))
+        prefix = getattr(self, "prefix", None)  # a Slurm built from source, when set
+        slurmdbd = accounting.find_binary("slurmdbd", prefix)
         # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (our etc/)
         self._spawn("slurmdbd", [slurmdbd, "-D"])
         log = root / "log" / "slurmdbd.log"
         accounting.wait_port(self.dbd_port, self._procs["slurmdbd"], "slurmdbd", log, timeout)
-        accounting.register(self.env, self.cluster_name)
+        accounting.register(self.env, self.cluster_name, prefix)
 
     def stop_slurmctld(self) -> None:
         self._terminate("slurmctld")
