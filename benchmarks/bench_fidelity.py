@@ -45,6 +45,7 @@ TIRESIAS_60 = (
     ROOT / "tests" / "data" / "tiresias-60job.csv",
     ROOT.parent / "shared" / "traces" / "tiresias-60job.csv",
 )
+TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 # names the simulator's scheduler-model options may carry (set only those SimConfig has)
 OPTIONAL_FIELDS = {
@@ -64,6 +65,32 @@ def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] |
     if name.startswith("synth") and name[5:].isdigit():
         return synth_jobs(jobs, gpus, load, int(name[5:]))
     raise SystemExit(f"unknown trace {name!r} (synthN or tiresias60)")
+
+
+def _cmp(a: float, b: float) -> int:
+    """-1, 0 or 1; values within TIE of each other compare equal."""
+    if abs(a - b) <= TIE * max(abs(a), abs(b)):
+        return 0
+    return -1 if a < b else 1
+
+
+def order(jct: dict[str, float]) -> str:
+    """Modes best first, `=` between ties: 'service-requeue < service = slurm'."""
+    ranked = sorted(jct, key=jct.__getitem__)
+    out = ranked[:1]
+    for prev, mode in zip(ranked, ranked[1:]):
+        out += ["=" if _cmp(jct[prev], jct[mode]) == 0 else "<", mode]
+    return " ".join(out)
+
+
+def orders_agree(live: dict[str, float], sim: dict[str, float]) -> str:
+    """'same' when every pair of modes is ordered alike (ties included); 'yes (up to
+    ties)' when no pair is ordered oppositely; else 'NO'."""
+    pairs = [(a, b) for a in live for b in live if a < b]
+    signs = [(_cmp(live[a], live[b]), _cmp(sim[a], sim[b])) for a, b in pairs]
+    if all(x == y for x, y in signs):
+        return "same"
+    return "NO" if any(x * y < 0 for x, y in signs) else "yes (up to ties)"
 
 
 def sim_config(args: argparse.Namespace, mode: str) -> SimConfig:
@@ -132,8 +159,7 @@ def main() -> int:
                 f"ratio {live[mode] / sim[mode]:.2f}",
                 flush=True,
             )
-        same = sorted(modes, key=live.get) == sorted(modes, key=sim.get)
-        rows.append((name, "order", sorted(modes, key=live.get), sorted(modes, key=sim.get), same))
+        rows.append((name, "order", order(live), order(sim), orders_agree(live, sim)))
     print()
     print(
         "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim | live p95 | live util | requeues | timeouts |"
@@ -141,9 +167,7 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r[1] == "order":
-            print(
-                f"| {r[0]} | mode order live {' < '.join(r[2])}; sim {' < '.join(r[3])} | match: {'yes' if r[4] else 'NO'} |"
-            )
+            print(f"| {r[0]} | order of modes: live {r[2]}; simulated {r[3]}; agree: {r[4]} |")
             continue
         name, n, speedup, mode, lv, sv, row = r
         print(
