@@ -70,6 +70,8 @@ def replay_mode(
             )
     shape = (tgt.nodes, tgt.gpus_per_node) if tgt else (nodes, gpus_per_node)
     planned = plan(jobs, speedup, *shape, mode, preemptible_fraction, seed)
+    if (workdir / "jobs").exists():  # old checkpoints, state and records would mix in
+        raise target.TargetError(f"{workdir} already holds a replay; give a fresh --workdir")
     workdir.mkdir(parents=True, exist_ok=True)
     proc = None
     replay = None
