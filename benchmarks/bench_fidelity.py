@@ -18,7 +18,7 @@ Mode -> simulator settings (same time limits, `fill_time_limits(jobs, seed)`):
   service-requeue  policy gittins, preemption of opted-in jobs
 with `--scheduler` (default "slurm": the simulator's model of sched/backfill) when
 SimConfig has a `scheduler` field, else today's greedy backfill (SimConfig(backfill=True))
-with a warning. Each live replay takes up to ~8 minutes at the default speedup; this is
+with a warning. Each live replay takes up to ~8-9 minutes at the default speedup; this is
 a long benchmark, run it alone.
 """
 

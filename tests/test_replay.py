@@ -13,7 +13,7 @@ from slurm_ext.config import load_config
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay import payload
 from slurm_ext.replay.metrics import KEYS, add_ratios, summarize
-from slurm_ext.replay.plan import PlanError, auto_speedup, plan, sbatch_args, shape
+from slurm_ext.replay.plan import TARGET_WALL_S, PlanError, auto_speedup, plan, sbatch_args, shape
 from slurm_ext.replay.records import SqueuePoller, parse_sacct
 from slurm_ext.replay.service import scaled_policy, write_config
 from slurm_ext.replay.slurmconf import replay_conf
@@ -70,11 +70,11 @@ def test_sbatch_args_ask_for_gpus_limit_and_requeue() -> None:
     assert shape(3, 4) == (1, 3)
 
 
-def test_auto_speedup_fits_the_estimate_in_eight_minutes() -> None:
+def test_auto_speedup_fits_the_estimate_in_the_target_wall_time() -> None:
     assert auto_speedup([TraceJob(1, 1, 0.0, 60.0)], 8) == 1.0  # already short
     long = [TraceJob(i, 1, i * 100.0, 48000.0) for i in range(100)]
     s = auto_speedup(long, 8)
-    assert s == pytest.approx((max(9900.0, 100 * 48000.0 / 8) + 48000.0) / 480.0)
+    assert s == pytest.approx((max(9900.0, 100 * 48000.0 / 8) + 48000.0) / TARGET_WALL_S)
 
 
 def test_parse_sacct_keeps_every_run_of_a_requeued_job() -> None:

@@ -130,7 +130,7 @@ def replay_mode(
     "--speedup",
     type=float,
     default=None,
-    help="Trace seconds per wall second.  [default: fit the estimated makespan in 8 min]",
+    help="Trace seconds per wall second.  [default: fit the estimated makespan in 7 min]",
 )
 @click.option(
     "--checkpoint-interval",

@@ -17,7 +17,7 @@ from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob
 
 MODES = ("slurm", "service", "service-requeue")
-TARGET_WALL_S = 480.0  # auto speedup: the estimated makespan fits in 8 minutes of wall time
+TARGET_WALL_S = 420.0  # auto speedup: the estimated makespan fits in 7 minutes of wall time
 MIN_WALL_JOB_S = 1.0  # below this Slurm's own start/stop latency dominates a job
 
 
