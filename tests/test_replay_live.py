@@ -30,12 +30,12 @@ def _trace() -> list[TraceJob]:
     once job 0 has left queue 0 (1200 s run, see POLICY), so the service requeues job 0
     for it; 20 short jobs come at the end."""
     jobs = [
-        TraceJob(0, 4, 0.0, 4800.0, checkpoint=True),
-        TraceJob(1, 3, 0.0, 4800.0),
+        TraceJob(0, 4, 0.0, 3600.0, checkpoint=True),
+        TraceJob(1, 3, 0.0, 3600.0),
         TraceJob(2, 1, 0.0, 30000.0, time_limit_s=3600.0),
         TraceJob(3, 2, 1800.0, 600.0),
     ]
-    jobs += [TraceJob(10 + i, 1, 4800.0 + 30 * i, 120.0) for i in range(20)]
+    jobs += [TraceJob(10 + i, 1, 3600.0 + 30 * i, 120.0) for i in range(20)]
     return jobs
 
 
