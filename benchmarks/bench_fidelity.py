@@ -1,7 +1,7 @@
 """Simulator fidelity: each trace replayed live on Slurm (slurm-ext replay) and simulated.
 
-    .venv/bin/python benchmarks/bench_fidelity.py                       # every trace and mode
-    .venv/bin/python benchmarks/bench_fidelity.py --traces tiresias60 --speedup 30
+    .venv/bin/python benchmarks/bench_fidelity.py          # quick (make bench): tiresias60 at 30x, ~6 min
+    .venv/bin/python benchmarks/bench_fidelity.py --full   # synth1, synth2, tiresias60 at auto speedup, ~1 h
     .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 150 --modes slurm,service
 
 Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
@@ -114,7 +114,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--traces", default="synth1,synth2,tiresias60")
+    ap.add_argument("--full", action="store_true", help="synth1,synth2,tiresias60, auto speedup")
+    ap.add_argument("--traces", default=None, help="default: tiresias60 (--full: all three)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--jobs", type=int, default=150, help="jobs per synthetic trace")
     ap.add_argument("--load", type=float, default=1.0, help="synthetic offered load")
@@ -127,6 +128,10 @@ def main() -> int:
     ap.add_argument("--scheduler", default="slurm", help="SimConfig.scheduler when it exists")
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
     args = ap.parse_args()
+    if args.traces is None:
+        args.traces = "synth1,synth2,tiresias60" if args.full else "tiresias60"
+        if not args.full and args.speedup is None:
+            args.speedup = 30.0
     modes = [m for m in args.modes.split(",") if m]
     if "scheduler" not in {f.name for f in dataclasses.fields(SimConfig)}:
         print(
