@@ -16,16 +16,15 @@ Mode -> simulator settings (same time limits, `fill_time_limits(jobs, seed)`):
                    no preemption
   service          policy gittins (the service's default PolicyConfig), no preemption
   service-requeue  policy gittins, preemption of opted-in jobs
-with `--scheduler` (default "slurm": the simulator's model of sched/backfill) when
-SimConfig has a `scheduler` field, else today's greedy backfill (SimConfig(backfill=True))
-with a warning. Each live replay takes up to ~8-9 minutes at the default speedup; this is
+with `--scheduler` (default "slurm": the simulator's model of sched/backfill), the time
+limits Slurm really enforced (whole wall minutes, so longer than the trace's at high
+speedups), and the replay's backfill and service cycles scaled back to trace seconds. Each live replay takes up to ~8-9 minutes at the default speedup; this is
 a long benchmark, run it alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 from dataclasses import replace
@@ -33,7 +32,9 @@ from pathlib import Path
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.cli import replay_mode
-from slurm_ext.replay.plan import MODES, auto_speedup
+from slurm_ext.replay.plan import MODES, auto_speedup, plan
+from slurm_ext.replay.service import service_interval_s
+from slurm_ext.replay.slurmconf import backfill_settings
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs
@@ -47,12 +48,6 @@ TIRESIAS_60 = (
 )
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
-# names the simulator's scheduler-model options may carry (set only those SimConfig has)
-OPTIONAL_FIELDS = {
-    "preemptible_fraction": ("preemptible_fraction",),
-    "checkpoint_interval": ("checkpoint_interval_s", "checkpoint_interval"),
-    "seed": ("seed",),
-}
 
 
 def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] | None:
@@ -93,21 +88,34 @@ def orders_agree(live: dict[str, float], sim: dict[str, float]) -> str:
     return "NO" if any(x * y < 0 for x, y in signs) else "yes (up to ties)"
 
 
-def sim_config(args: argparse.Namespace, mode: str) -> SimConfig:
-    names = {f.name for f in dataclasses.fields(SimConfig)}
-    kw: dict[str, object] = dict(
+def sim_inputs(
+    trace: list[TraceJob], args: argparse.Namespace, mode: str, speedup: float
+) -> tuple[list[TraceJob], SimConfig]:
+    """The trace and cluster the simulator must use to match the live replay: the time
+    limits Slurm really enforced (rounded up to whole wall minutes by `replay.plan`), the
+    jobs that opted in to requeue, and the replay's backfill and service cycles, all in
+    trace seconds."""
+    planned = plan(
+        trace, speedup, args.nodes, args.gpus_per_node, mode, args.preemptible_fraction, args.seed
+    )
+    jobs = [
+        replace(p.trace, time_limit_s=p.limit_min * 60.0 * speedup, checkpoint=p.preemptible)
+        for p in planned
+    ]
+    bf = backfill_settings(speedup, max(p.limit_min for p in planned))
+    cluster = SimConfig(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
         preemptive=mode == "service-requeue",
-        backfill=True,
+        scheduler=args.scheduler,
+        bf_interval_s=bf.interval_s * speedup,
+        bf_resolution_s=bf.resolution_s * speedup,
+        bf_window_s=bf.window_min * 60.0 * speedup,
+        pass_interval_s=service_interval_s(speedup) * speedup if mode != "slurm" else 0.0,
+        checkpoint_interval_s=args.checkpoint_interval,
+        seed=args.seed,
     )
-    if "scheduler" in names:
-        kw["scheduler"] = args.scheduler
-    for opt, candidates in OPTIONAL_FIELDS.items():
-        field = next((c for c in candidates if c in names), None)
-        if field:
-            kw[field] = getattr(args, opt)
-    return SimConfig(**kw)  # type: ignore[arg-type]
+    return jobs, cluster
 
 
 def main() -> int:
@@ -125,7 +133,7 @@ def main() -> int:
     ap.add_argument("--checkpoint-interval", type=float, default=1800.0)
     ap.add_argument("--preemptible-fraction", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scheduler", default="slurm", help="SimConfig.scheduler when it exists")
+    ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
     args = ap.parse_args()
     if args.traces is None:
@@ -133,12 +141,6 @@ def main() -> int:
         if not args.full and args.speedup is None:
             args.speedup = 30.0
     modes = [m for m in args.modes.split(",") if m]
-    if "scheduler" not in {f.name for f in dataclasses.fields(SimConfig)}:
-        print(
-            "WARNING: SimConfig has no `scheduler` field yet: simulating with today's greedy "
-            "backfill (SimConfig(backfill=True)), not a model of Slurm's sched/backfill",
-            file=sys.stderr,
-        )
     gpus = args.nodes * args.gpus_per_node
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-fidelity-"))
     rows = []
@@ -156,7 +158,8 @@ def main() -> int:
             )  # fmt: skip
             live[mode] = row["avg_jct_s"]
             policy = replace(PolicyConfig(), policy=SIM_POLICY[mode])
-            out, _ = simulate(trace, policy, sim_config(args, mode))
+            sim_trace, cluster = sim_inputs(trace, args, mode, speedup)
+            out, _ = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]
             rows.append((name, len(trace), speedup, mode, live[mode], sim[mode], row))
             print(

@@ -197,3 +197,14 @@ def test_lazy_pass_starts_what_planning_every_job_starts(seed):
     params = BackfillParams(window_s=rng.choice([3600.0, 86400.0]), max_job_test=20)
     lazy = backfill_pass(500.0, cands, free, ends.__getitem__, cap, params)
     assert lazy == _eager_pass(500.0, cands, free, ends, cap, params)
+
+
+def test_next_multiple_is_strictly_later_for_steps_that_are_not_whole():
+    """A replay's scaled intervals (e.g. 810.94 trace-s) are not whole numbers; k * step /
+    step rounding below k once armed a tick at `now` itself and the run never ended."""
+    from slurm_ext.sim.scheduler import next_multiple
+
+    for step in (810.9436014880954, 0.1, 30.0, 1e-3 * 7):
+        for k in range(1, 20000):
+            now = k * step
+            assert now < next_multiple(now, step) <= now + step * (1 + 1e-9)

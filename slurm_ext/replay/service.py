@@ -22,6 +22,11 @@ SITE_INTERVAL_S = 30.0  # etc/service.toml's interval_s
 MIN_INTERVAL_S = 1.0
 
 
+def service_interval_s(speedup: float) -> float:
+    """The replay service's pass interval in wall seconds: a site's, scaled."""
+    return max(MIN_INTERVAL_S, SITE_INTERVAL_S / speedup)
+
+
 def scaled_policy(policy: PolicyConfig, speedup: float) -> PolicyConfig:
     """The policy with its trace-time settings expressed in wall seconds."""
     return dataclasses.replace(
@@ -42,7 +47,7 @@ def write_config(
 ) -> Path:
     """service.toml for a replay (store beside it, no listener, this partition only)."""
     data = {
-        "interval_s": max(MIN_INTERVAL_S, SITE_INTERVAL_S / speedup),
+        "interval_s": service_interval_s(speedup),
         "store": str(path.parent / "service.db"),
         "port": 0,
         "partitions": [partition],

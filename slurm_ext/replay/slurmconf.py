@@ -9,6 +9,7 @@ down to the smallest value Slurm accepts. docs/simulator.md ("Live replay") list
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 SITE_MAX_AGE_S = 7 * 86400.0  # Slurm's default PriorityMaxAge and PriorityDecayHalfLife
 SITE_BF_RESOLUTION_S = 60.0  # Slurm's default bf_resolution
@@ -18,19 +19,35 @@ def _minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60.0))
 
 
-def replay_conf(speedup: float, max_limit_min: int) -> str:
-    """Extra slurm.conf for `LocalCluster(extra_conf=...)` at this speedup.
+@dataclass(frozen=True)
+class Backfill:
+    """The replay's sched/backfill settings in wall time (what slurm.conf gets); times
+    `speedup` they are the trace-time settings the simulator must use to match."""
 
-    max_limit_min: the longest wall time limit of the replay, so backfill plans that far.
-    """
-    bf_resolution = max(1, round(SITE_BF_RESOLUTION_S / speedup))
+    interval_s: int  # bf_interval
+    resolution_s: int  # bf_resolution
+    window_min: int  # bf_window
+
+
+def backfill_settings(speedup: float, max_limit_min: int) -> Backfill:
+    """max_limit_min: the longest wall time limit of the replay, so backfill plans that far."""
+    return Backfill(
+        interval_s=1,  # a pass every second (default 30)
+        resolution_s=max(1, round(SITE_BF_RESOLUTION_S / speedup)),  # default 60 s, scaled
+        window_min=max(5, max_limit_min + 1),  # plan beyond the longest limit
+    )
+
+
+def replay_conf(speedup: float, max_limit_min: int) -> str:
+    """Extra slurm.conf for `LocalCluster(extra_conf=...)` at this speedup."""
+    bf = backfill_settings(speedup, max_limit_min)
     params = [
         "sched_interval=1",  # main scheduler every second (default 60)
         "sched_min_interval=100000",  # at most every 0.1 s on events (default 2 us)
         "batch_sched_delay=0",
-        "bf_interval=1",  # a backfill pass every second (default 30)
-        f"bf_resolution={bf_resolution}",  # default 60 s of plan steps, scaled
-        f"bf_window={max(5, max_limit_min + 1)}",  # plan beyond the longest limit
+        f"bf_interval={bf.interval_s}",
+        f"bf_resolution={bf.resolution_s}",
+        f"bf_window={bf.window_min}",
         "bf_continue",
         "bf_max_job_test=500",
         "default_queue_depth=500",

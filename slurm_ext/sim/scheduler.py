@@ -25,8 +25,11 @@ POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
 
 
 def next_multiple(now: float, step: float) -> float:
-    """The first multiple of `step` after `now`."""
-    return (math.floor(now / step) + 1) * step
+    """The first multiple of `step` after `now` (strictly: `k * step / step` can round
+    below k, and a tick armed at `now` itself would fire again and again)."""
+    k = math.floor(now / step) + 1
+    t = k * step
+    return t if t > now else (k + 1) * step
 
 
 class SlurmPasses:
