@@ -102,19 +102,41 @@ class CoState:
     paused: set[int] = field(default_factory=set)
     admitted: set[int] = field(default_factory=set)  # EaCO verdicts already given
     refused: dict[int, str] = field(default_factory=dict)
+    # learnt inputs of EaCO per job, set by the shell from the store's history (kept
+    # only in memory: the shell sets them again); a job without one gets the configured
+    predictions: dict[int, Prediction] = field(default_factory=dict)
+    verdict_source: dict[int, str] = field(default_factory=dict)  # "learnt" / "configured"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What history says of one job's kind: how much it slows when it shares a GPU
+    (fraction of runtime added) and what it draws alone (W). None: no history for that."""
+
+    slowdown: float | None = None
+    power_w: float | None = None
+    source: str = ""  # e.g. "name=train-bert: 12 runs alone, 4 shared"
 
 
 def eaco_admit(
-    p_guaranteed_w: float, t_guaranteed_s: float, t_opportunistic_s: float, model: EacoModel
+    p_guaranteed_w: float,
+    t_guaranteed_s: float,
+    t_opportunistic_s: float,
+    model: EacoModel,
+    slowdown: float | None = None,
+    opportunistic_power_w: float | None = None,
 ) -> tuple[bool, float, str]:
     """Admit co-location when the predicted energy saving exceeds the predicted slowdown
     and the slowdown is within the bound. Returns (admit, saving fraction, reason).
+    `slowdown` and `opportunistic_power_w` are learnt predictions; None takes the model's
+    configured value.
 
     Separate: each job on its own GPU, E = Pa*Ta + Pb*Tb. Together: both slowed by s until
     the shorter finishes, drawing idle + both dynamic parts (capped at max power); then the
     longer runs its remainder alone. The saving is mostly one GPU's idle power."""
-    s = model.predicted_slowdown
-    pa, pb, idle = p_guaranteed_w, model.opportunistic_power_w, model.gpu_idle_w
+    s = model.predicted_slowdown if slowdown is None else slowdown
+    pb = model.opportunistic_power_w if opportunistic_power_w is None else opportunistic_power_w
+    pa, idle = p_guaranteed_w, model.gpu_idle_w
     ta, tb = t_guaranteed_s, t_opportunistic_s
     separate = pa * ta + pb * tb
     together_w = min(model.gpu_max_w, pa + pb - idle)
@@ -264,7 +286,10 @@ def _eaco(
                 f"measured slowdown {measured:.3f} above bound {model.max_slowdown:.3f}"
             )
         if j.job_id not in state.refused:
-            ok, _, why = eaco_admit(p_g, 3600.0, 3600.0, model)
+            slowdown, power, source = _learnt_inputs(guaranteed, j, state)
+            ok, _, why = eaco_admit(p_g, 3600.0, 3600.0, model, slowdown, power)
+            state.verdict_source[j.job_id] = "learnt" if source else "configured"
+            why += f" (learnt: {source})" if source else " (configured inputs)"
             if ok:
                 state.admitted.add(j.job_id)
                 continue
@@ -272,6 +297,26 @@ def _eaco(
         to_pause.setdefault(
             j.job_id, Action("pause", j.job_id, g.gpu, "eaco: " + state.refused[j.job_id], "eaco")
         )
+
+
+def _learnt_inputs(
+    guaranteed: list[JobOnGpu], newcomer: JobOnGpu, state: CoState
+) -> tuple[float | None, float | None, str]:
+    """Predicted slowdown (the worst learnt one of the guaranteed jobs' kinds) and the
+    newcomer's learnt solo power, with a note of where each came from ("" if neither)."""
+    slowdown, notes = None, []
+    for g in guaranteed:
+        p = state.predictions.get(g.job_id)
+        if p is not None and p.slowdown is not None:
+            if slowdown is None or p.slowdown > slowdown:
+                slowdown = p.slowdown
+            notes.append(f"slowdown {p.slowdown:.3f} of job {g.job_id}'s {p.source}")
+    power = None
+    mine = state.predictions.get(newcomer.job_id)
+    if mine is not None and mine.power_w is not None:
+        power = mine.power_w
+        notes.append(f"power {power:.0f} W of {mine.source}")
+    return slowdown, power, "; ".join(notes)
 
 
 def measured_slowdown(busy: list[JobOnGpu], state: CoState, min_solo: float) -> float | None:
@@ -290,7 +335,15 @@ def measured_slowdown(busy: list[JobOnGpu], state: CoState, min_solo: float) -> 
 def forget(state: CoState, live_jobs: Mapping[int, object] | set[int]) -> None:
     """Drop memory of jobs that have left the node."""
     live = set(live_jobs)
-    for d in (state.solo_util, state.solo_rate, state.solo_rate_n, state.solo_power, state.refused):
+    for d in (
+        state.solo_util,
+        state.solo_rate,
+        state.solo_rate_n,
+        state.solo_power,
+        state.refused,
+        state.predictions,
+        state.verdict_source,
+    ):
         for job in [j for j in d if j not in live]:
             del d[job]
     state.admitted &= live

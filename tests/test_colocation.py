@@ -17,6 +17,7 @@ from nodeagent.colocation import (
     GpuView,
     JobOnGpu,
     Policy,
+    Prediction,
     classify,
     decide,
     eaco_admit,
@@ -224,3 +225,37 @@ def test_eaco_withdraws_an_admission_the_measured_slowdown_exceeds():
     assert decide([view((1, G, 0.6), (2, O, 0.0))], st, pol) == []
     acts = decide([view((1, G, 0.0), (2, O, 0.0))], st, pol)
     assert [(a.kind, a.job_id) for a in acts] == [("resume", 2)]
+
+
+def test_eaco_admit_takes_learnt_inputs_over_configured():
+    """Configured 5 % slowdown and 250 W admit (saving 0.141, hand-computed above); a
+    learnt 12 % slowdown is above the 10 % bound; a learnt newcomer at 600 W: together
+    min(700, 300 + 600 - 100) = 700 W x 3780 s = 2,646,000 J vs 300x3600 + 600x3600 =
+    3,240,000 J separate: saving 0.183, admitted."""
+    m = EacoModel(100, 700, 250, 0.05, 0.1)
+    assert eaco_admit(300, 3600, 3600, m)[0]
+    ok, _, why = eaco_admit(300, 3600, 3600, m, slowdown=0.12)
+    assert not ok and "slowdown 0.120 above bound" in why
+    ok, saving, _ = eaco_admit(300, 3600, 3600, m, opportunistic_power_w=600)
+    assert ok and saving == pytest.approx(594_000 / 3_240_000)
+
+
+def test_decide_uses_learnt_predictions_and_says_which():
+    """Same GPU, same configured model (admits at 5 %): a learnt 12 % slowdown of the
+    guaranteed job's kind refuses the newcomer, and the reason and verdict_source say the
+    inputs were learnt; a job without history is judged on the configured values."""
+    pol = Policy(eaco=EacoModel(gpu_idle_w=100))
+    st = CoState()
+    st.predictions[1] = Prediction(slowdown=0.12, source="name=train-bert, 4 shared runs")
+    decide([view((1, G, 0.6), power=300.0)], st, pol)
+    acts = decide([view((1, G, 0.6), (2, O, 0.2))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "eaco")]
+    assert "slowdown 0.120 above bound" in acts[0].reason
+    assert "learnt: slowdown 0.120 of job 1's name=train-bert" in acts[0].reason
+    assert st.verdict_source == {2: "learnt"}
+    st2 = CoState()
+    decide([view((1, G, 0.6), power=300.0)], st2, pol)
+    assert decide([view((1, G, 0.6), (2, O, 0.2))], st2, pol) == []
+    assert st2.admitted == {2} and st2.verdict_source == {2: "configured"}
+    forget(st, set())
+    assert st.predictions == {} and st.verdict_source == {}
