@@ -5,7 +5,9 @@ job's solo utilisation, and its solo progress rate where the job reports one, wh
 opportunistic job runs beside it; when the guaranteed job's utilisation or progress rate
 falls below `slow_fraction` of its solo level with an opportunistic job active, or the
 GPU's memory nears full, the opportunistic jobs on that GPU are paused. They resume when
-every guaranteed job on every GPU they share is idle or gone. Pausing needs a busy
+every guaranteed job on every GPU they share is idle or gone. A busy guaranteed job
+with no solo level yet (it started beside a running opportunistic job) gets the
+opportunistic jobs paused too: it cannot be judged, so it is protected. Pausing needs a busy
 guaranteed job and resuming needs none, so the two never alternate.
 """
 
@@ -157,7 +159,7 @@ def decide(gpus: Iterable[GpuView], state: CoState, policy: Policy) -> list[Acti
     to_pause: dict[int, Action] = {}
     blocked: set[int] = set()  # opportunistic jobs that may not resume this pass
     present: set[int] = set()
-    _learn_solo_rates(gpus, state, policy)
+    shared = _learn_solo_rates(gpus, state, policy)
     for g in gpus:
         guaranteed = [j for j in g.jobs if j.klass == GUARANTEED]
         opportunistic = [j for j in g.jobs if j.klass == OPPORTUNISTIC]
@@ -165,6 +167,8 @@ def decide(gpus: Iterable[GpuView], state: CoState, policy: Policy) -> list[Acti
         active_opp = [j for j in opportunistic if j.job_id not in state.paused]
         if not active_opp:
             for j in guaranteed:  # alone on the GPU: learn its solo level
+                if j.job_id in shared:
+                    continue  # slowed by a neighbour on another of its GPUs: not solo
                 if j.util is not None:
                     old = state.solo_util.get(j.job_id)
                     a = policy.solo_alpha
@@ -213,6 +217,11 @@ def _pressure(
     if g.memory_used_frac is not None and g.memory_used_frac >= policy.memory_high:
         return "memory", f"GPU memory {g.memory_used_frac:.0%} >= {policy.memory_high:.0%}"
     for j in busy:
+        if j.util is not None and j.job_id not in state.solo_util:
+            # it started beside a running opportunistic job: no solo level to judge it
+            # by, so it is protected first (its solo level is learnt while they pause)
+            return "unjudged", f"job {j.job_id} has no solo level yet"
+    for j in busy:
         solo = state.solo_util.get(j.job_id)
         if j.util is None or solo is None or solo < policy.min_solo_util:
             continue
@@ -236,9 +245,11 @@ def _pressure(
     return "", ""
 
 
-def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> None:
+def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> set[int]:
     """One EMA step per guaranteed job that reports progress and has no active
-    opportunistic job on any of its GPUs (its rate is the job's, not a GPU's)."""
+    opportunistic job on any of its GPUs (its rate is the job's, not a GPU's). Returns
+    the jobs that share a GPU with an active opportunistic job: a multi-GPU job slowed on
+    one GPU runs slowed on all of them, so none of its GPUs gives a solo level."""
     shared: set[int] = set()
     rates: dict[int, float] = {}
     for g in gpus:
@@ -254,6 +265,7 @@ def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> No
         old = state.solo_rate.get(job)
         state.solo_rate[job] = rate if old is None else (1 - a) * old + a * rate
         state.solo_rate_n[job] = state.solo_rate_n.get(job, 0) + 1
+    return shared
 
 
 def _eaco(

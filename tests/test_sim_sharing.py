@@ -65,9 +65,13 @@ def test_bad_parameters_are_refused():
 
 def test_profile_mix_is_seeded_and_stable():
     mix = ProfileMix()
-    a = [mix.draw(j, seed=1) for j in range(2000)]
-    assert a == [mix.draw(j, seed=1) for j in range(2000)]
-    assert a != [mix.draw(j, seed=2) for j in range(2000)]
+    a = [mix.draw(f"kind{j}", j, seed=1) for j in range(2000)]
+    assert a == [mix.draw(f"kind{j}", j, seed=1) for j in range(2000)]
+    assert a != [mix.draw(f"kind{j}", j, seed=2) for j in range(2000)]
     heavy = sum(p.util >= 0.85 for p in a) / len(a)
     assert 0.36 < heavy < 0.44
     assert all(0.1 <= p.mem <= 0.5 for p in a)
+    # one kind: same memory, utilisation within the jitter of each other
+    same = [mix.draw("bert", j, seed=1) for j in range(50)]
+    assert len({p.mem for p in same}) == 1
+    assert max(p.util for p in same) - min(p.util for p in same) <= 2 * mix.jitter

@@ -101,11 +101,18 @@ class ProfileMix:
     low_util: tuple[float, float] = (0.2, 0.6)
     mem: tuple[float, float] = (0.1, 0.5)
 
-    def draw(self, job_id: int, seed: int) -> JobProfile:
-        """One job's profile, stable per (job id, seed)."""
-        rng = random.Random(f"profile-{seed}-{job_id}")
+    jitter: float = 0.05  # per job around its kind's utilisation (batch sizes, inputs)
+
+    def draw(self, kind: str, job_id: int, seed: int) -> JobProfile:
+        """One job's profile: its kind's (stable per kind and seed: a model or script
+        behaves alike from run to run, which is what learnt admission relies on) plus a
+        small per-job jitter."""
+        rng = random.Random(f"profile-{seed}-{kind}")
         if rng.random() < self.compute_bound:
             util = rng.uniform(0.85, 1.0)
         else:
             util = rng.uniform(*self.low_util)
-        return JobProfile(util=util, mem=rng.uniform(*self.mem))
+        mem = rng.uniform(*self.mem)
+        own = random.Random(f"job-{seed}-{job_id}")
+        util = min(1.0, max(0.01, util + own.uniform(-self.jitter, self.jitter)))
+        return JobProfile(util=util, mem=mem)

@@ -1,0 +1,401 @@
+"""Co-location in simulated time: opportunistic jobs on GPU shards, governed by the agent.
+
+Guaranteed jobs are scheduled by the unchanged engine (`Simulator`), whole GPUs, as if
+the opportunistic jobs did not exist: a shard beside a guaranteed job takes nothing from
+it. Opportunistic jobs wait in their own FIFO queue (first fit) for GPUs with a free shard
+(`shards_per_gpu` jobs per GPU at most, gres/shard style) where memory fits: GPUs a
+guaranteed job holds first, then idle ones (`on_idle`). A guaranteed job is given the
+free GPUs of its nodes that carry no opportunistic job where it can.
+
+On every node a simulated agent runs `nodeagent.colocation.decide()` - the very function
+the real agent runs - on what it would read: each job's utilisation (its solo demand x
+its speed from `sharing.speeds`, 0 when paused), the GPU's memory (paused jobs keep
+theirs) and power. Its pauses and resumes take effect at once (the real agent acts within
+one sample, 5 s). With EaCO on, each verdict takes its slowdown and power from a
+`ColocHistory` the simulated agents fill as jobs end, like the live service's store.
+
+A job's speed is the slowest of its GPUs'; speeds, finish times and energy are updated
+at every change. This is a subclass of the engine rather than a part of it so that the
+engine stays untouched; it overrides `_start`, `_stop`, `_complete`, `_rekey` and `_pass`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from nodeagent import colocation as co
+from slurm_ext.coloc_history import ColocHistory, Observation
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.sim.engine import FINISH, WAKE, SimConfig, SimJob, Simulator
+from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, ProfileMix, speeds
+from slurm_ext.sim.traces import TraceJob
+
+GpuKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ShareConfig:
+    shards_per_gpu: int = 2  # jobs per GPU at most, the guaranteed one included
+    memory_limit: float = 0.9  # an opportunistic job starts only if memory stays below
+    on_idle: bool = True  # opportunistic jobs may also take shards of idle GPUs
+    seed: int = 0  # job profiles
+    mix: ProfileMix = ProfileMix()
+    interference: Interference = Interference()
+    power: PowerModel = PowerModel()
+    agent: co.Policy = co.Policy()  # the agent's co-location policy (EaCO off by default)
+    min_runs: int = 3  # history runs before a kind's prediction is used
+
+    def __post_init__(self) -> None:
+        if self.shards_per_gpu < 1:
+            raise ValueError(f"shards_per_gpu must be >= 1, got {self.shards_per_gpu}")
+        if not 0.0 < self.memory_limit <= 1.0:
+            raise ValueError(f"memory_limit must be within (0, 1], got {self.memory_limit}")
+
+
+@dataclass
+class Gpu:
+    guaranteed: SimJob | None = None
+    opp: list[SimJob] = field(default_factory=list)
+
+
+@dataclass
+class Track:
+    """A running job's progress segment and what its agent would have measured."""
+
+    t0: float  # start of the current segment
+    p0: float  # work seconds done at t0
+    rate: float  # work seconds per wall second in this segment
+    from_t: float  # progress starts no earlier than this (restart overhead)
+    speed: float = 1.0
+    util: float = 0.0  # its utilisation now (solo demand x speed)
+    watts: float = 0.0  # its GPUs' mean power now
+    shared: bool = False
+    p_start: float = 0.0  # work done when this stint started
+    sums: list[float] = field(default_factory=lambda: [0.0] * 7)
+    # alone_s, alone_util_s, alone_power_s, shared_s, shared_util_s, shared_power_s, speed_s
+
+
+def profile_of(t: TraceJob, share: ShareConfig) -> JobProfile:
+    kind = t.model_tag or t.job_name or f"job{t.job_id}"
+    return share.mix.draw(kind, t.job_id, share.seed)
+
+
+def kind_keys(t: TraceJob) -> dict[str, str]:
+    keys = {"model": t.model_tag or "", "name": t.job_name, "user": t.user}
+    return {k: v for k, v in keys.items() if v}
+
+
+class SharingSimulator(Simulator):
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        policy: PolicyConfig,
+        cluster: SimConfig,
+        share: ShareConfig = ShareConfig(),
+    ) -> None:
+        super().__init__([t for t in trace if not t.opportunistic], policy, cluster)
+        self.share = share
+        self.trace = {t.job_id: t for t in trace}
+        self.profile = {t.job_id: profile_of(t, share) for t in trace}
+        self.opp_jobs = [SimJob(t, False) for t in trace if t.opportunistic]
+        self.opp = set(self.opp_jobs)
+        self.opp_queue: list[tuple[float, int, SimJob]] = []
+        for j in self.opp_jobs:  # arrivals as wake-ups: the run loop then calls _rekey
+            self._push_event(j.submit, WAKE, j, j.key_ver)
+        self.gpus: dict[GpuKey, Gpu] = {
+            (n, i): Gpu() for n in self.node_names for i in range(cluster.gpus_per_node)
+        }
+        self.placed: dict[SimJob, list[GpuKey]] = {}
+        self.track: dict[SimJob, Track] = {}
+        self.paused: set[SimJob] = set()
+        self.agents = {n: co.CoState() for n in self.node_names}
+        self.changed: set[str] = set()  # nodes whose agent must look again
+        self.history = ColocHistory(sqlite3.connect(":memory:"))
+        self.t_last = 0.0
+        self.energy_j = 0.0
+        self.busy_gpu_s = 0.0  # integral of the GPUs' summed busy fraction
+        self.watts = cluster.nodes * cluster.gpus_per_node * share.power.idle_w
+        self.busy = 0.0
+        self.pauses: dict[int, int] = {}
+        self.resumes = 0
+        self.refusals = 0
+        self.stretch: dict[int, list[float]] = {}  # job id -> [wall at base rate, work]
+        self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
+        self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
+
+    # ---- time --------------------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        dt = now - self.t_last
+        if dt > 0:
+            self.energy_j += self.watts * dt
+            self.busy_gpu_s += self.busy * dt
+            for tr in self.track.values():
+                s = tr.sums
+                base = 3 if tr.shared else 0
+                s[base] += dt
+                s[base + 1] += tr.util * dt
+                s[base + 2] += tr.watts * dt
+                if tr.shared:
+                    s[6] += tr.speed * dt
+            self.t_last = now
+
+    def _progress(self, job: SimJob, now: float) -> float:
+        return _at(self.track[job], now)
+
+    # ---- guaranteed jobs (engine hooks) ------------------------------------------------
+    def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
+        self._advance(now)
+        super()._start(job, alloc, now)
+        keys: list[GpuKey] = []
+        for node, count in alloc:
+            free = [k for k in self._node_gpus(node) if self.gpus[k].guaranteed is None]
+            free.sort(key=lambda k: len(self.gpus[k].opp))  # clear GPUs first
+            for k in free[:count]:
+                g = self.gpus[k]
+                g.guaranteed = job
+                if any(o not in self.paused for o in g.opp):
+                    self.unjudged += 1
+                keys.append(k)
+            self.changed.add(node)
+        self.placed[job] = keys
+        self.track[job] = Track(
+            now, job.progress, 1.0 / job.slowdown, now + job.overhead, p_start=job.progress
+        )
+
+    def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
+        if job in self.opp:
+            return
+        self._advance(now)
+        done = min(job.duration, self._progress(job, now))
+        self._leave(job, now)
+        super()._stop(job, now, release)
+        job.progress = done
+
+    def _complete(self, job: SimJob, now: float) -> None:
+        if job in self.opp:
+            self._advance(now)
+            self._leave(job, now)
+            job.running = False
+            job.finish = now
+            job.run_ver += 1
+        else:
+            super()._complete(job, now)
+        self.span = (self.span[0], max(self.span[1], now))
+
+    def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
+        if job in self.opp:
+            if not job.running and job.finish is None and job.key_ver == 0:
+                job.key_ver = 1  # queued once
+                heapq.heappush(self.opp_queue, (job.submit, job.id, job))
+            return
+        super()._rekey(job, now, wake)
+
+    def _pass(self, now: float) -> None:
+        super()._pass(now)
+        self._advance(now)
+        self._agents()  # a new guaranteed job is sampled alone first
+        self._place_opportunistic(now)
+        self._agents()
+        self._respeed(now)
+
+    # ---- opportunistic jobs ------------------------------------------------------------
+    def _node_gpus(self, node: str) -> list[GpuKey]:
+        return [(node, i) for i in range(self.cl.gpus_per_node)]
+
+    def _room(self, k: GpuKey, prof: JobProfile) -> bool:
+        g = self.gpus[k]
+        jobs = ([g.guaranteed] if g.guaranteed else []) + g.opp
+        if len(jobs) >= self.share.shards_per_gpu or (
+            g.guaranteed is None and not self.share.on_idle
+        ):
+            return False
+        if any(o in self.paused for o in g.opp):
+            return False  # the agent is protecting this GPU
+        mem = sum(self.profile[j.id].mem for j in jobs) + prof.mem
+        return mem <= self.share.memory_limit
+
+    def _place_opportunistic(self, now: float) -> None:
+        keep = []
+        while self.opp_queue:
+            entry = heapq.heappop(self.opp_queue)
+            job = entry[2]
+            keys = self._find(job)
+            if keys is None:
+                keep.append(entry)
+                continue
+            for k in keys:
+                self.gpus[k].opp.append(job)
+                self.changed.add(k[0])
+            self.placed[job] = keys
+            job.running = True
+            job.start = now
+            if job.first_start is None:
+                job.first_start = now
+            self.track[job] = Track(now, 0.0, 0.0, now, speed=0.0)  # _respeed sets both
+        for entry in keep:
+            heapq.heappush(self.opp_queue, entry)
+
+    def _find(self, job: SimJob) -> list[GpuKey] | None:
+        """GPUs with room on one node (beside guaranteed jobs first), or any if wider
+        than a node."""
+        prof = self.profile[job.id]
+        per_node = []
+        for node in self.node_names:
+            room = [k for k in self._node_gpus(node) if self._room(k, prof)]
+            room.sort(key=lambda k: self.gpus[k].guaranteed is None)
+            per_node.append(room)
+            if len(room) >= job.gpus:
+                return room[: job.gpus]
+        if job.gpus > self.cl.gpus_per_node:
+            flat = [k for room in per_node for k in room]
+            if len(flat) >= job.gpus:
+                return flat[: job.gpus]
+        return None
+
+    def _leave(self, job: SimJob, now: float) -> None:
+        """Take a stopping job off its GPUs; its history goes to the store."""
+        for k in self.placed.pop(job, []):
+            g = self.gpus[k]
+            if g.guaranteed is job:
+                g.guaranteed = None
+            elif job in g.opp:
+                g.opp.remove(job)
+            self.changed.add(k[0])
+        self.paused.discard(job)
+        tr = self.track.pop(job, None)
+        if tr is not None and now > tr.from_t:
+            # wall seconds run (at the engine's own rate) against work done: the stretch
+            # interference and pauses added to this job's run
+            st = self.stretch.setdefault(job.id, [0.0, 0.0])
+            base = 1.0 if job in self.opp else 1.0 / job.slowdown
+            st[0] += (now - tr.from_t) * base
+            st[1] += _at(tr, now) - tr.p_start
+        if tr is not None and self.share.agent.eaco is not None:
+            s = tr.sums
+            t = self.trace[job.id]
+            self.history.record(
+                [
+                    Observation(
+                        kind_keys(t),
+                        alone_s=s[0],
+                        alone_util=s[1] / s[0] if s[0] else 0.0,
+                        alone_power_w=s[2] / s[0] if s[0] else 0.0,
+                        shared_s=s[3],
+                        shared_util=s[4] / s[3] if s[3] else 0.0,
+                        shared_power_w=s[5] / s[3] if s[3] else 0.0,
+                        shared_speed=min(1.5, s[6] / s[3]) if s[3] else 1.0,
+                    )
+                ]
+            )
+        self._respeed(now)
+
+    # ---- the agents --------------------------------------------------------------------
+    def _speeds(self) -> dict[GpuKey, dict[SimJob, float]]:
+        out = {}
+        for k, g in self.gpus.items():
+            active = ([g.guaranteed] if g.guaranteed else []) + [
+                o for o in g.opp if o not in self.paused
+            ]
+            if active:
+                sp = speeds([self.profile[j.id] for j in active], self.share.interference)
+                out[k] = dict(zip(active, sp, strict=True))
+        return out
+
+    def _job_speeds(self, per_gpu: dict[GpuKey, dict[SimJob, float]]) -> dict[SimJob, float]:
+        out: dict[SimJob, float] = {}
+        for d in per_gpu.values():
+            for j, s in d.items():
+                out[j] = min(out.get(j, 1.0), s)
+        for j in self.paused:
+            out[j] = 0.0
+        return out
+
+    def _agents(self) -> None:
+        if not self.changed:
+            return
+        per_gpu = self._speeds()
+        job_speed = self._job_speeds(per_gpu)
+        power = self.share.power
+        for node in sorted(self.changed):
+            state = self.agents[node]
+            views = []
+            live: set[int] = set()
+            for k in self._node_gpus(node):
+                g = self.gpus[k]
+                jobs = ([g.guaranteed] if g.guaranteed else []) + g.opp
+                if not jobs:
+                    continue
+                busy = sum(self.profile[j.id].util * job_speed.get(j, 0.0) for j in jobs)
+                on = []
+                for j in jobs:
+                    live.add(j.id)
+                    klass = co.OPPORTUNISTIC if j in self.opp else co.GUARANTEED
+                    on.append(
+                        co.JobOnGpu(j.id, klass, self.profile[j.id].util * job_speed.get(j, 0.0))
+                    )
+                    if self.share.agent.eaco is not None and j.id not in state.predictions:
+                        p = self.history.predict(kind_keys(self.trace[j.id]), self.share.min_runs)
+                        if p is not None:
+                            state.predictions[j.id] = p
+                mem = sum(self.profile[j.id].mem for j in jobs)
+                views.append(co.GpuView(f"{k[0]}/{k[1]}", tuple(on), mem, power.watts(busy)))
+            co.forget(state, live)
+            state.paused = {j.id for j in self.paused if j.id in live}
+            refused_before = set(state.refused)
+            by_id = {j.id: j for j in self.opp if j.id in live}
+            for a in co.decide(views, state, self.share.agent):
+                job = by_id.get(a.job_id)
+                if job is None:
+                    continue
+                if a.kind == "pause":
+                    self.paused.add(job)
+                    self.pauses[job.id] = self.pauses.get(job.id, 0) + 1
+                else:
+                    self.paused.discard(job)
+                    self.resumes += 1
+            self.refusals += len(set(state.refused) - refused_before)
+        self.changed.clear()
+
+    def _respeed(self, now: float) -> None:
+        """Recompute every running job's speed, rate, finish time and the GPUs' power."""
+        per_gpu = self._speeds()
+        job_speed = self._job_speeds(per_gpu)
+        power = self.share.power
+        n_gpus = len(self.gpus)
+        watts = busy_sum = 0.0
+        used = 0
+        gpu_watts: dict[GpuKey, float] = {}
+        for k, d in per_gpu.items():
+            b = sum(self.profile[j.id].util * job_speed[j] for j in d)
+            busy_sum += min(1.0, b)
+            gpu_watts[k] = power.watts(b)
+            watts += gpu_watts[k]
+            used += 1
+        self.watts = watts + (n_gpus - used) * power.idle_w
+        self.busy = busy_sum
+        for job, tr in self.track.items():
+            s = job_speed.get(job, 0.0)
+            keys = self.placed.get(job, [])
+            tr.util = self.profile[job.id].util * s
+            tr.watts = sum(gpu_watts.get(k, power.idle_w) for k in keys) / max(1, len(keys))
+            tr.shared = any(
+                len(self.gpus[k].opp) + (self.gpus[k].guaranteed is not None) > 1 for k in keys
+            )
+            base = 1.0 if job in self.opp else 1.0 / job.slowdown
+            rate = base * s
+            if rate == tr.rate and s == tr.speed:
+                continue
+            tr.p0 = self._progress(job, now)
+            tr.t0, tr.rate, tr.speed = now, rate, s
+            job.run_ver += 1
+            if rate > 0:
+                left = max(0.0, job.duration - tr.p0)
+                self._push_event(max(now, tr.from_t) + left / rate, FINISH, job, job.run_ver)
+
+
+def _at(tr: Track, now: float) -> float:
+    """Work seconds done by `now` in a job's current segment."""
+    return tr.p0 + max(0.0, now - max(tr.t0, tr.from_t)) * tr.rate
