@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nodeagent import colocation as co
@@ -34,6 +34,7 @@ from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, ProfileM
 from slurm_ext.sim.traces import TraceJob
 
 GpuKey = tuple[str, int]
+AGENT_SAMPLE_S = 5.0  # the agent's default interval: one sample of a pair it then splits
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,14 @@ class SharingSimulator(Simulator):
         policy: PolicyConfig,
         cluster: SimConfig,
         share: ShareConfig = ShareConfig(),
+        profiles: Mapping[int, JobProfile] | None = None,
     ) -> None:
+        """`profiles`: job id -> profile, for the jobs it names (others are drawn)."""
         super().__init__([t for t in trace if not t.opportunistic], policy, cluster)
         self.share = share
         self.trace = {t.job_id: t for t in trace}
-        self.profile = {t.job_id: profile_of(t, share) for t in trace}
+        given = profiles or {}
+        self.profile = {t.job_id: given.get(t.job_id) or profile_of(t, share) for t in trace}
         self.opp_jobs = [SimJob(t, False) for t in trace if t.opportunistic]
         self.opp = set(self.opp_jobs)
         self.opp_queue: list[tuple[float, int, SimJob]] = []
@@ -113,7 +117,7 @@ class SharingSimulator(Simulator):
         self.paused: set[SimJob] = set()
         self.agents = {n: co.CoState() for n in self.node_names}
         self.changed: set[str] = set()  # nodes whose agent must look again
-        self.history = ColocHistory(sqlite3.connect(":memory:"))
+        self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
         self.t_last = 0.0
         self.energy_j = 0.0
         self.busy_gpu_s = 0.0  # integral of the GPUs' summed busy fraction
@@ -122,6 +126,7 @@ class SharingSimulator(Simulator):
         self.pauses: dict[int, int] = {}
         self.resumes = 0
         self.refusals = 0
+        self.verdicts: dict[str, int] = {}  # EaCO verdicts by input source: learnt/configured
         self.stretch: dict[int, list[float]] = {}  # job id -> [wall at base rate, work]
         self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
         self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
@@ -276,7 +281,7 @@ class SharingSimulator(Simulator):
         if tr is not None and self.share.agent.eaco is not None:
             s = tr.sums
             t = self.trace[job.id]
-            self.history.record(
+            self.coloc_history.record(
                 [
                     Observation(
                         kind_keys(t),
@@ -314,50 +319,79 @@ class SharingSimulator(Simulator):
         return out
 
     def _agents(self) -> None:
+        """Two samples of every changed node's agent at this instant (the second sees
+        the first one's pauses and checks its admissions, as the real agent does within
+        a sample or two). Each sample also counts as AGENT_SAMPLE_S of what a co-located
+        job measured, so history learns from pairs the agent separates at once."""
         if not self.changed:
             return
-        per_gpu = self._speeds()
-        job_speed = self._job_speeds(per_gpu)
-        power = self.share.power
-        for node in sorted(self.changed):
-            state = self.agents[node]
-            views = []
-            live: set[int] = set()
-            for k in self._node_gpus(node):
-                g = self.gpus[k]
-                jobs = ([g.guaranteed] if g.guaranteed else []) + g.opp
-                if not jobs:
-                    continue
-                busy = sum(self.profile[j.id].util * job_speed.get(j, 0.0) for j in jobs)
-                on = []
-                for j in jobs:
-                    live.add(j.id)
-                    klass = co.OPPORTUNISTIC if j in self.opp else co.GUARANTEED
-                    on.append(
-                        co.JobOnGpu(j.id, klass, self.profile[j.id].util * job_speed.get(j, 0.0))
-                    )
-                    if self.share.agent.eaco is not None and j.id not in state.predictions:
-                        p = self.history.predict(kind_keys(self.trace[j.id]), self.share.min_runs)
-                        if p is not None:
-                            state.predictions[j.id] = p
-                mem = sum(self.profile[j.id].mem for j in jobs)
-                views.append(co.GpuView(f"{k[0]}/{k[1]}", tuple(on), mem, power.watts(busy)))
-            co.forget(state, live)
-            state.paused = {j.id for j in self.paused if j.id in live}
-            refused_before = set(state.refused)
-            by_id = {j.id: j for j in self.opp if j.id in live}
-            for a in co.decide(views, state, self.share.agent):
-                job = by_id.get(a.job_id)
-                if job is None:
-                    continue
-                if a.kind == "pause":
-                    self.paused.add(job)
-                    self.pauses[job.id] = self.pauses.get(job.id, 0) + 1
-                else:
-                    self.paused.discard(job)
-                    self.resumes += 1
-            self.refusals += len(set(state.refused) - refused_before)
+        for _ in range(2):
+            per_gpu = self._speeds()
+            job_speed = self._job_speeds(per_gpu)
+            sampled: set[SimJob] = set()
+            for node in sorted(self.changed):
+                self._sample(node, per_gpu, job_speed, sampled)
         self.changed.clear()
+
+    def _sample(
+        self,
+        node: str,
+        per_gpu: dict[GpuKey, dict[SimJob, float]],
+        job_speed: dict[SimJob, float],
+        sampled: set[SimJob],
+    ) -> None:
+        power = self.share.power
+        state = self.agents[node]
+        views = []
+        live: set[int] = set()
+        for k in self._node_gpus(node):
+            g = self.gpus[k]
+            jobs = ([g.guaranteed] if g.guaranteed else []) + g.opp
+            if not jobs:
+                continue
+            busy = sum(self.profile[j.id].util * job_speed.get(j, 0.0) for j in jobs)
+            watts = power.watts(busy)
+            on = []
+            for j in jobs:
+                live.add(j.id)
+                util = self.profile[j.id].util * job_speed.get(j, 0.0)
+                klass = co.OPPORTUNISTIC if j in self.opp else co.GUARANTEED
+                on.append(co.JobOnGpu(j.id, klass, util))
+                tr = self.track.get(j)
+                if tr is not None and j not in sampled and len(per_gpu.get(k, ())) > 1:
+                    if j in per_gpu[k]:  # active beside another active job: a shared sample
+                        sampled.add(j)
+                        d = AGENT_SAMPLE_S
+                        tr.sums[3] += d
+                        tr.sums[4] += util * d
+                        tr.sums[5] += watts * d
+                        tr.sums[6] += job_speed.get(j, 0.0) * d
+                if self.share.agent.eaco is not None and j.id not in state.predictions:
+                    keys = kind_keys(self.trace[j.id])
+                    p = self.coloc_history.predict(keys, self.share.min_runs)
+                    if p is not None:
+                        state.predictions[j.id] = p
+            mem = sum(self.profile[j.id].mem for j in jobs)
+            views.append(co.GpuView(f"{k[0]}/{k[1]}", tuple(on), mem, watts))
+        co.forget(state, live)
+        state.paused = {j.id for j in self.paused if j.id in live}
+        refused_before = set(state.refused)
+        sources_before = set(state.verdict_source)
+        by_id = {j.id: j for j in self.opp if j.id in live}
+        for a in co.decide(views, state, self.share.agent):
+            job = by_id.get(a.job_id)
+            if job is None:
+                continue
+            if a.kind == "pause":
+                self.paused.add(job)
+                self.pauses[job.id] = self.pauses.get(job.id, 0) + 1
+            else:
+                self.paused.discard(job)
+                self.resumes += 1
+        self.refusals += len(set(state.refused) - refused_before)
+        for job_id in set(state.verdict_source) - sources_before:
+            src = state.verdict_source[job_id]
+            self.verdicts[src] = self.verdicts.get(src, 0) + 1
 
     def _respeed(self, now: float) -> None:
         """Recompute every running job's speed, rate, finish time and the GPUs' power."""
@@ -381,9 +415,7 @@ class SharingSimulator(Simulator):
             keys = self.placed.get(job, [])
             tr.util = self.profile[job.id].util * s
             tr.watts = sum(gpu_watts.get(k, power.idle_w) for k in keys) / max(1, len(keys))
-            tr.shared = any(
-                len(self.gpus[k].opp) + (self.gpus[k].guaranteed is not None) > 1 for k in keys
-            )
+            tr.shared = s > 0 and any(len(per_gpu.get(k, ())) > 1 for k in keys)
             base = 1.0 if job in self.opp else 1.0 / job.slowdown
             rate = base * s
             if rate == tr.rate and s == tr.speed:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.sim.coloc import ShareConfig, SharingSimulator, profile_of
+from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.engine import SimConfig, SimJob, Simulator
 from slurm_ext.sim.metrics import percentile
+from slurm_ext.sim.sharing import JobProfile
 from slurm_ext.sim.traces import TraceJob
 
 
@@ -40,9 +41,14 @@ def _jct(jobs: Sequence[SimJob]) -> dict[str, float]:
 
 
 def run_pair(
-    trace: Sequence[TraceJob], policy: PolicyConfig, cluster: SimConfig, share: ShareConfig
+    trace: Sequence[TraceJob],
+    policy: PolicyConfig,
+    cluster: SimConfig,
+    share: ShareConfig,
+    profiles: Mapping[int, JobProfile] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Slurm alone and shared on the same trace; returns both and their ratios."""
+    """Slurm alone and shared on the same trace; returns both and their ratios.
+    `profiles`: job id -> profile for the jobs it names (others drawn from share.mix)."""
     t0 = time.perf_counter()
     power = share.power
     n_gpus = cluster.nodes * cluster.gpus_per_node
@@ -50,10 +56,12 @@ def run_pair(
     start = min((t.submit_time for t in trace), default=0.0)
     opp_ids = {t.job_id for t in trace if t.opportunistic}
 
+    sim = SharingSimulator(trace, policy, cluster, share, profiles)
+    prof = sim.profile
     alone_jobs = Simulator(trace, policy, cluster).run()
     span = max(j.finish for j in alone_jobs) - start  # type: ignore[type-var]
     run_s = {j.id: j.executed for j in alone_jobs}
-    busy_gpu_s = sum(profile_of(t, share).util * t.gpus * run_s[t.job_id] for t in trace)
+    busy_gpu_s = sum(prof[t.job_id].util * t.gpus * run_s[t.job_id] for t in trace)
     energy = power.idle_w * n_gpus * span + (power.busy_w - power.idle_w) * busy_gpu_s
     alone = {
         "energy_kwh": energy / 3.6e6,
@@ -72,7 +80,6 @@ def run_pair(
     }
 
     t1 = time.perf_counter()
-    sim = SharingSimulator(trace, policy, cluster, share)
     sim.run()
     if any(j.finish is None for j in sim.opp_jobs):
         raise RuntimeError("simulation ended with opportunistic jobs unfinished")
@@ -94,6 +101,8 @@ def run_pair(
         "pauses_max": max(pauses, default=0),
         "resumes": sim.resumes,
         "eaco_refusals": sim.refusals,
+        "eaco_verdicts_learnt": sim.verdicts.get("learnt", 0),
+        "eaco_verdicts_configured": sim.verdicts.get("configured", 0),
         "guaranteed_starts_beside_running_opportunistic": sim.unjudged,
         "runtime_s": time.perf_counter() - t1,
     }
