@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--slow-fraction", type=float, default=0.7)
     ap.add_argument("--eaco", action="store_true")
+    ap.add_argument("--learnt-placement", action="store_true")
     a = ap.parse_args()
     cluster = SimConfig(nodes=8, gpus_per_node=8, preemptive=False)
     policy = PolicyConfig(policy="fifo")
@@ -48,7 +49,12 @@ def main() -> None:
     for load in (float(x) for x in a.loads.split(",")):
         for seed in (int(x) for x in a.seeds.split(",")):
             trace = mark_opportunistic(synth_jobs(a.jobs, 64, load, seed), a.fraction, seed)
-            share = ShareConfig(shards_per_gpu=a.shards, seed=seed, agent=agent)
+            share = ShareConfig(
+                shards_per_gpu=a.shards,
+                seed=seed,
+                agent=agent,
+                learnt_placement=a.learnt_placement,
+            )
             t0 = time.perf_counter()
             out = run_pair(trace, policy, cluster, share)
             r, s = out["shared_vs_alone"], out["shared"]

@@ -34,6 +34,7 @@ from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, ProfileM
 from slurm_ext.sim.traces import TraceJob
 
 GpuKey = tuple[str, int]
+UNKNOWN = 10.0  # predicted demand of a job whose kind has no history: placed last
 AGENT_SAMPLE_S = 5.0  # the agent's default interval: one sample of a pair it then splits
 
 
@@ -48,6 +49,7 @@ class ShareConfig:
     power: PowerModel = PowerModel()
     agent: co.Policy = co.Policy()  # the agent's co-location policy (EaCO off by default)
     min_runs: int = 3  # history runs before a kind's prediction is used
+    learnt_placement: bool = False  # place by the kinds' learnt utilisation (sim only)
 
     def __post_init__(self) -> None:
         if self.shards_per_gpu < 1:
@@ -117,6 +119,7 @@ class SharingSimulator(Simulator):
         self.paused: set[SimJob] = set()
         self.agents = {n: co.CoState() for n in self.node_names}
         self.changed: set[str] = set()  # nodes whose agent must look again
+        self._util_cache: dict[int, float | None] = {}
         self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
         self.t_last = 0.0
         self.energy_j = 0.0
@@ -245,12 +248,20 @@ class SharingSimulator(Simulator):
 
     def _find(self, job: SimJob) -> list[GpuKey] | None:
         """GPUs with room on one node (beside guaranteed jobs first), or any if wider
-        than a node."""
+        than a node. With `learnt_placement`, GPUs whose kinds' learnt solo utilisations
+        add up past 1 are skipped and the lowest predicted demand goes first (a kind
+        without history counts as a full GPU, after those with history)."""
         prof = self.profile[job.id]
+        learnt = self.share.learnt_placement
+        mine = self._predicted_util(job) if learnt else None
         per_node = []
         for node in self.node_names:
             room = [k for k in self._node_gpus(node) if self._room(k, prof)]
-            room.sort(key=lambda k: self.gpus[k].guaranteed is None)
+            if learnt:
+                scored = [(self._demand(k, mine), k) for k in room]
+                room = [k for d, k in sorted(scored) if d <= 1.0 or d >= UNKNOWN]
+            else:
+                room.sort(key=lambda k: self.gpus[k].guaranteed is None)
             per_node.append(room)
             if len(room) >= job.gpus:
                 return room[: job.gpus]
@@ -259,6 +270,28 @@ class SharingSimulator(Simulator):
             if len(flat) >= job.gpus:
                 return flat[: job.gpus]
         return None
+
+    def _predicted_util(self, job: SimJob) -> float | None:
+        """The job's solo utilisation as its kind's history has it (None: no history)."""
+        if job.id in self._util_cache:
+            return self._util_cache[job.id]
+        self._util_cache[job.id] = None
+        keys = kind_keys(self.trace[job.id])
+        for kind in ("model", "name", "user"):
+            if kind in keys:
+                alone, _ = self.coloc_history.rows(kind, keys[kind])
+                if alone is not None and alone.runs >= self.share.min_runs:
+                    self._util_cache[job.id] = alone.util
+                    break
+        return self._util_cache[job.id]
+
+    def _demand(self, k: GpuKey, mine: float | None) -> float:
+        g = self.gpus[k]
+        total = mine if mine is not None else UNKNOWN
+        for j in ([g.guaranteed] if g.guaranteed else []) + g.opp:
+            u = self._predicted_util(j)
+            total += u if u is not None else UNKNOWN
+        return total
 
     def _leave(self, job: SimJob, now: float) -> None:
         """Take a stopping job off its GPUs; its history goes to the store."""
@@ -278,7 +311,8 @@ class SharingSimulator(Simulator):
             base = 1.0 if job in self.opp else 1.0 / job.slowdown
             st[0] += (now - tr.from_t) * base
             st[1] += _at(tr, now) - tr.p_start
-        if tr is not None and self.share.agent.eaco is not None:
+        if tr is not None and (self.share.agent.eaco is not None or self.share.learnt_placement):
+            self._util_cache.clear()
             s = tr.sums
             t = self.trace[job.id]
             self.coloc_history.record(
