@@ -75,7 +75,12 @@ def test_memory_must_fit_and_guaranteed_job_is_protected_when_it_comes_second():
         TraceJob(2, 1, 0.0, 1000.0, model_tag="b", opportunistic=True),
     ]
     prof = {1: JobProfile(0.9, 0.3), 2: JobProfile(0.9, 0.3)}
+    # queued for whole GPUs too, job 2 gets the free GPU at 0 and job 1 waits for it
     sim = SharingSimulator(trace, FIFO, ONE_GPU, ShareConfig(), prof)
+    sim.run()
+    assert sim.unjudged == 0 and sim.jobs[0].first_start == pytest.approx(1000.0)
+    # shards only: job 2 runs on a shard of the idle GPU and job 1 lands beside it
+    sim = SharingSimulator(trace, FIFO, ONE_GPU, ShareConfig(whole_gpus=False), prof)
     sim.run()
     assert sim.unjudged == 1 and sim.pauses == {2: 1}
     assert sim.jobs[0].finish == pytest.approx(1100.0)  # never slowed

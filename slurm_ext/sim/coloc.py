@@ -50,6 +50,9 @@ class ShareConfig:
     agent: co.Policy = co.Policy()  # the agent's co-location policy (EaCO off by default)
     min_runs: int = 3  # history runs before a kind's prediction is used
     learnt_placement: bool = False  # place by the kinds' learnt utilisation (sim only)
+    # opportunistic jobs also queue for whole GPUs as in Slurm alone, and start on
+    # whichever comes first; False: shards only
+    whole_gpus: bool = True
 
     def __post_init__(self) -> None:
         if self.shards_per_gpu < 1:
@@ -101,16 +104,22 @@ class SharingSimulator(Simulator):
         profiles: Mapping[int, JobProfile] | None = None,
     ) -> None:
         """`profiles`: job id -> profile, for the jobs it names (others are drawn)."""
-        super().__init__([t for t in trace if not t.opportunistic], policy, cluster)
+        engine_jobs = trace if share.whole_gpus else [t for t in trace if not t.opportunistic]
+        super().__init__(engine_jobs, policy, cluster)
         self.share = share
         self.trace = {t.job_id: t for t in trace}
         given = profiles or {}
         self.profile = {t.job_id: given.get(t.job_id) or profile_of(t, share) for t in trace}
-        self.opp_jobs = [SimJob(t, False) for t in trace if t.opportunistic]
-        self.opp = set(self.opp_jobs)
         self.opp_queue: list[tuple[float, int, SimJob]] = []
-        for j in self.opp_jobs:  # arrivals as wake-ups: the run loop then calls _rekey
-            self._push_event(j.submit, WAKE, j, j.key_ver)
+        self.queued: set[SimJob] = set()
+        self.on_shards: set[SimJob] = set()  # opportunistic jobs running on shards
+        if share.whole_gpus:  # in the engine's queue too: whichever starts them first
+            self.opp_jobs = [j for j in self.jobs if self.trace[j.id].opportunistic]
+        else:
+            self.opp_jobs = [SimJob(t, False) for t in trace if t.opportunistic]
+            for j in self.opp_jobs:  # arrivals as wake-ups: the run loop calls _rekey
+                self._push_event(j.submit, WAKE, j, j.key_ver)
+        self.opp = set(self.opp_jobs)
         self.gpus: dict[GpuKey, Gpu] = {
             (n, i): Gpu() for n in self.node_names for i in range(cluster.gpus_per_node)
         }
@@ -164,7 +173,7 @@ class SharingSimulator(Simulator):
             for k in free[:count]:
                 g = self.gpus[k]
                 g.guaranteed = job
-                if any(o not in self.paused for o in g.opp):
+                if job not in self.opp and any(o not in self.paused for o in g.opp):
                     self.unjudged += 1
                 keys.append(k)
             self.changed.add(node)
@@ -174,7 +183,7 @@ class SharingSimulator(Simulator):
         )
 
     def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
-        if job in self.opp:
+        if job in self.on_shards:
             return
         self._advance(now)
         done = min(job.duration, self._progress(job, now))
@@ -183,21 +192,27 @@ class SharingSimulator(Simulator):
         job.progress = done
 
     def _complete(self, job: SimJob, now: float) -> None:
-        if job in self.opp:
+        if job in self.on_shards:
             self._advance(now)
             self._leave(job, now)
+            self.on_shards.discard(job)
             job.running = False
             job.finish = now
             job.run_ver += 1
+            job.key_ver += 1
+            if self.share.whole_gpus:
+                self.done += 1  # the engine counts it: it was in its trace
         else:
             super()._complete(job, now)
         self.span = (self.span[0], max(self.span[1], now))
 
     def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
-        if job in self.opp:
-            if not job.running and job.finish is None and job.key_ver == 0:
-                job.key_ver = 1  # queued once
-                heapq.heappush(self.opp_queue, (job.submit, job.id, job))
+        if job in self.on_shards:
+            return  # not the engine's while it runs on shards
+        if job in self.opp and job not in self.queued and job.finish is None:
+            self.queued.add(job)  # queued for shards once, at arrival
+            heapq.heappush(self.opp_queue, (job.submit, job.id, job))
+        if job in self.opp and not self.share.whole_gpus:
             return
         super()._rekey(job, now, wake)
 
@@ -230,6 +245,8 @@ class SharingSimulator(Simulator):
         while self.opp_queue:
             entry = heapq.heappop(self.opp_queue)
             job = entry[2]
+            if job.running or job.finish is not None or job.stints > 0:
+                continue  # the engine gave it whole GPUs: it stays the engine's
             keys = self._find(job)
             if keys is None:
                 keep.append(entry)
@@ -238,7 +255,10 @@ class SharingSimulator(Simulator):
                 self.gpus[k].opp.append(job)
                 self.changed.add(k[0])
             self.placed[job] = keys
+            self.on_shards.add(job)
             job.running = True
+            job.key_ver += 1  # its entry in the engine's queue goes stale
+            self.pending_ver += 1
             job.start = now
             if job.first_start is None:
                 job.first_start = now
@@ -308,7 +328,7 @@ class SharingSimulator(Simulator):
             # wall seconds run (at the engine's own rate) against work done: the stretch
             # interference and pauses added to this job's run
             st = self.stretch.setdefault(job.id, [0.0, 0.0])
-            base = 1.0 if job in self.opp else 1.0 / job.slowdown
+            base = 1.0 if job in self.on_shards else 1.0 / job.slowdown
             st[0] += (now - tr.from_t) * base
             st[1] += _at(tr, now) - tr.p_start
         if tr is not None and (self.share.agent.eaco is not None or self.share.learnt_placement):
@@ -450,7 +470,7 @@ class SharingSimulator(Simulator):
             tr.util = self.profile[job.id].util * s
             tr.watts = sum(gpu_watts.get(k, power.idle_w) for k in keys) / max(1, len(keys))
             tr.shared = s > 0 and any(len(per_gpu.get(k, ())) > 1 for k in keys)
-            base = 1.0 if job in self.opp else 1.0 / job.slowdown
+            base = 1.0 if job in self.on_shards else 1.0 / job.slowdown
             rate = base * s
             if rate == tr.rate and s == tr.speed:
                 continue
