@@ -35,7 +35,8 @@ from slurm_ext.sim.traces import TraceJob
 
 GpuKey = tuple[str, int]
 UNKNOWN = 10.0  # predicted demand of a job whose kind has no history: placed last
-AGENT_SAMPLE_S = 5.0  # the agent's default interval: one sample of a pair it then splits
+AGENT_SAMPLE_S = 5.0
+MAX_ROUNDS = 4  # the agent's default interval: one sample of a pair it then splits
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,13 @@ class SharingSimulator(Simulator):
         }
         self.placed: dict[SimJob, list[GpuKey]] = {}
         self.track: dict[SimJob, Track] = {}
-        self.paused: set[SimJob] = set()
+        self.paused: set[SimJob] = set()  # paused by any node's agent
+        # each agent resumes only what it paused (it freezes the job's processes on its
+        # own node, which stalls the whole job)
+        self.node_paused: dict[str, set[SimJob]] = {n: set() for n in self.node_names}
         self.agents = {n: co.CoState() for n in self.node_names}
         self.changed: set[str] = set()  # nodes whose agent must look again
+        self.seen_speed: dict[SimJob, float] = {}
         self._util_cache: dict[int, float | None] = {}
         self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
         self.t_last = 0.0
@@ -323,7 +328,10 @@ class SharingSimulator(Simulator):
                 g.opp.remove(job)
             self.changed.add(k[0])
         self.paused.discard(job)
+        for held in self.node_paused.values():
+            held.discard(job)
         tr = self.track.pop(job, None)
+        self.seen_speed.pop(job, None)
         if tr is not None and now > tr.from_t:
             # wall seconds run (at the engine's own rate) against work done: the stretch
             # interference and pauses added to this job's run
@@ -373,17 +381,23 @@ class SharingSimulator(Simulator):
         return out
 
     def _agents(self) -> None:
-        """Two samples of every changed node's agent at this instant (the second sees
-        the first one's pauses and checks its admissions, as the real agent does within
-        a sample or two). Each sample also counts as AGENT_SAMPLE_S of what a co-located
-        job measured, so history learns from pairs the agent separates at once."""
-        if not self.changed:
-            return
-        for _ in range(2):
+        """Sample every changed node's agent at this instant, again while a sample
+        changes something (a pause or resume, or a job's speed, which nodes spanning the
+        same job see too), at most MAX_ROUNDS times: the real agents act within a sample
+        or two of each other. Each sample also counts as AGENT_SAMPLE_S of what a
+        co-located job measured, so history learns from pairs the agent separates at once."""
+        for _ in range(MAX_ROUNDS):
+            if not self.changed:
+                return
             per_gpu = self._speeds()
             job_speed = self._job_speeds(per_gpu)
+            for j, sp in job_speed.items():
+                if self.seen_speed.get(j) != sp:
+                    self.seen_speed[j] = sp
+                    self.changed.update(k[0] for k in self.placed.get(j, ()))
             sampled: set[SimJob] = set()
-            for node in sorted(self.changed):
+            nodes, self.changed = sorted(self.changed), set()
+            for node in nodes:
                 self._sample(node, per_gpu, job_speed, sampled)
         self.changed.clear()
 
@@ -428,7 +442,8 @@ class SharingSimulator(Simulator):
             mem = sum(self.profile[j.id].mem for j in jobs)
             views.append(co.GpuView(f"{k[0]}/{k[1]}", tuple(on), mem, watts))
         co.forget(state, live)
-        state.paused = {j.id for j in self.paused if j.id in live}
+        held = self.node_paused[node]
+        state.paused = {j.id for j in held if j.id in live}
         refused_before = set(state.refused)
         sources_before = set(state.verdict_source)
         by_id = {j.id: j for j in self.opp if j.id in live}
@@ -436,11 +451,15 @@ class SharingSimulator(Simulator):
             job = by_id.get(a.job_id)
             if job is None:
                 continue
+            self.changed.update(k[0] for k in self.placed.get(job, ()))
             if a.kind == "pause":
+                held.add(job)
                 self.paused.add(job)
                 self.pauses[job.id] = self.pauses.get(job.id, 0) + 1
             else:
-                self.paused.discard(job)
+                held.discard(job)
+                if not any(job in h for h in self.node_paused.values()):
+                    self.paused.discard(job)
                 self.resumes += 1
         self.refusals += len(set(state.refused) - refused_before)
         for job_id in set(state.verdict_source) - sources_before:
