@@ -25,7 +25,7 @@ from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.synth import synth_jobs
 
 HEAD = (
-    "| load | seed | kWh/GPU-h | GPU util | guar. avg JCT | opp. avg JCT | guar. p99 JCT "
+    "| load | seed | kWh/GPU-h | held kWh/GPU-h | GPU util | guar. avg JCT | opp. avg JCT | guar. p99 JCT "
     "| guar. stretch p99 / max | guar. > 1.10x | pauses/opp job | s |"
 )
 
@@ -60,6 +60,7 @@ def main() -> None:
             r, s = out["shared_vs_alone"], out["shared"]
             print(
                 f"| {load} | {seed} | {r['kwh_per_gpu_hour_of_work']:.3f} "
+                f"| {r['held_kwh_per_gpu_hour_of_work']:.3f} "
                 f"| {r['gpu_utilization']:.3f} | {r['guaranteed_avg_jct_s']:.3f} "
                 f"| {r['opportunistic_avg_jct_s']:.3f} | {r['guaranteed_p99_jct_s']:.3f} "
                 f"| {s['guaranteed_stretch_p99']:.3f} / {s['guaranteed_stretch_max']:.3f} "

@@ -46,6 +46,13 @@ def test_light_pair_shares_and_saves_energy():
     assert alone["energy_kwh"] * 3.6e6 == pytest.approx(636_000)
     assert shared["energy_kwh"] * 3.6e6 == pytest.approx((70 + 620 * 0.784) * 1000 / 0.98)
     assert shared["gpu_utilization"] == pytest.approx(0.784)
+    # held GPUs only: alone the GPU is held all 2000 s (same as above); shared it is held
+    # until 1020.4 s, then idle (off): same as the shared total
+    work_h = 2000 / 3600
+    assert alone["held_kwh_per_gpu_hour_of_work"] * 3.6e6 * work_h == pytest.approx(636_000)
+    assert shared["held_kwh_per_gpu_hour_of_work"] == pytest.approx(
+        shared["kwh_per_gpu_hour_of_work"]
+    )
     assert alone["gpu_utilization"] == pytest.approx(0.4)
     assert shared["pauses_per_opportunistic_job"] == 0
 

@@ -150,6 +150,11 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
 @click.option(
     "--eaco", is_flag=True, help="The agent's EaCO admission on, with inputs learnt from history."
 )
+@click.option(
+    "--learnt-placement",
+    is_flag=True,
+    help="Place opportunistic jobs by their kinds' learnt utilisation (simulator only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--compare", default=None, help="Comma-separated policies to compare (FIFO added for ratios)."
@@ -176,6 +181,7 @@ def simulate(
     share_seed,
     slow_fraction,
     eaco,
+    learnt_placement,
     as_json,
     compare,
     plot,
@@ -212,6 +218,7 @@ def simulate(
                 shards_per_gpu=shards_per_gpu,
                 seed=share_seed,
                 agent=co.Policy(slow_fraction=slow_fraction, eaco=co.EacoModel() if eaco else None),
+                learnt_placement=learnt_placement,
             ),
             opportunistic_fraction,
             as_json,

@@ -137,12 +137,15 @@ class SharingSimulator(Simulator):
         self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
         self.t_last = 0.0
         self.energy_j = 0.0
+        self.held_energy_j = 0.0  # GPUs that hold a job only (idle ones as if powered off)
+        self.held_watts = 0.0
         self.busy_gpu_s = 0.0  # integral of the GPUs' summed busy fraction
         self.watts = cluster.nodes * cluster.gpus_per_node * share.power.idle_w
         self.busy = 0.0
         self.pauses: dict[int, int] = {}
         self.resumes = 0
         self.refusals = 0
+        self.shard_starts = 0  # opportunistic jobs started on shards (not whole GPUs)
         self.verdicts: dict[str, int] = {}  # EaCO verdicts by input source: learnt/configured
         self.stretch: dict[int, list[float]] = {}  # job id -> [wall at base rate, work]
         self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
@@ -153,6 +156,7 @@ class SharingSimulator(Simulator):
         dt = now - self.t_last
         if dt > 0:
             self.energy_j += self.watts * dt
+            self.held_energy_j += self.held_watts * dt
             self.busy_gpu_s += self.busy * dt
             for tr in self.track.values():
                 s = tr.sums
@@ -261,6 +265,7 @@ class SharingSimulator(Simulator):
                 self.changed.add(k[0])
             self.placed[job] = keys
             self.on_shards.add(job)
+            self.shard_starts += 1
             job.running = True
             job.key_ver += 1  # its entry in the engine's queue goes stale
             self.pending_ver += 1
@@ -482,6 +487,8 @@ class SharingSimulator(Simulator):
             watts += gpu_watts[k]
             used += 1
         self.watts = watts + (n_gpus - used) * power.idle_w
+        holding = sum(1 for g in self.gpus.values() if g.guaranteed is not None or g.opp)
+        self.held_watts = watts + (holding - used) * power.idle_w
         self.busy = busy_sum
         for job, tr in self.track.items():
             s = job_speed.get(job, 0.0)
