@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--slow-fraction", type=float, default=0.7)
     ap.add_argument("--eaco", action="store_true")
     ap.add_argument("--learnt-placement", action="store_true")
+    ap.add_argument("--max-shard-gpus", type=int, default=1)
     a = ap.parse_args()
     cluster = SimConfig(nodes=8, gpus_per_node=8, preemptive=False)
     policy = PolicyConfig(policy="fifo")
@@ -54,6 +55,7 @@ def main() -> None:
                 seed=seed,
                 agent=agent,
                 learnt_placement=a.learnt_placement,
+                max_shard_gpus=a.max_shard_gpus,
             )
             t0 = time.perf_counter()
             out = run_pair(trace, policy, cluster, share)

@@ -54,6 +54,10 @@ class ShareConfig:
     # opportunistic jobs also queue for whole GPUs as in Slurm alone, and start on
     # whichever comes first; False: shards only
     whole_gpus: bool = True
+    # widest opportunistic job that may run on shards: a paused job holds every GPU it
+    # has, so a wide one paused for one GPU's guaranteed job idles the others (measured:
+    # docs/benchmarks.md); wider ones wait for whole GPUs. 0: no limit
+    max_shard_gpus: int = 1
 
     def __post_init__(self) -> None:
         if self.shards_per_gpu < 1:
@@ -256,6 +260,9 @@ class SharingSimulator(Simulator):
             job = entry[2]
             if job.running or job.finish is not None or job.stints > 0:
                 continue  # the engine gave it whole GPUs: it stays the engine's
+            limit = self.share.max_shard_gpus
+            if limit and job.gpus > limit and self.share.whole_gpus:
+                continue  # whole GPUs only
             keys = self._find(job)
             if keys is None:
                 keep.append(entry)
