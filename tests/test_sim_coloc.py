@@ -139,3 +139,22 @@ def test_simulate_share_cli(tmp_path):
     assert set(out) == {"slurm_alone", "shared", "shared_vs_alone"}
     r = CliRunner().invoke(simulate, args)
     assert r.exit_code != 0 and "no opportunistic jobs" in r.output
+
+
+def test_wide_opportunistic_jobs_wait_for_whole_gpus_by_default():
+    """A 2-GPU opportunistic job beside a 2-GPU guaranteed job on a 2-GPU node: by
+    default (max_shard_gpus 1) it waits for the whole GPUs (starts at 1000 s); with no
+    limit it starts on the shards at 0 (light pair: 0.3 + 0.3 fits)."""
+    two = SimConfig(nodes=1, gpus_per_node=2, preemptive=False)
+    trace = [
+        TraceJob(1, 2, 0.0, 1000.0, model_tag="a"),
+        TraceJob(2, 2, 0.0, 1000.0, model_tag="b", opportunistic=True),
+    ]
+    prof = {1: JobProfile(0.3, 0.2), 2: JobProfile(0.3, 0.2)}
+    sim = SharingSimulator(trace, FIFO, two, ShareConfig(), prof)
+    sim.run()
+    assert sim.opp_jobs[0].first_start == pytest.approx(1000.0) and sim.shard_starts == 0
+    sim = SharingSimulator(trace, FIFO, two, ShareConfig(max_shard_gpus=0), prof)
+    sim.run()
+    assert sim.opp_jobs[0].first_start == 0.0 and sim.shard_starts == 1
+    assert sim.opp_jobs[0].finish == pytest.approx(1000 / (1 - 0.05 * 0.3))
