@@ -117,7 +117,7 @@ class Prediction:
 
     slowdown: float | None = None
     power_w: float | None = None
-    source: str = ""  # e.g. "name=train-bert: 12 runs alone, 4 shared"
+    source: str = ""  # where it came from, e.g. "name history, 4 shared runs"
 
 
 def eaco_admit(
