@@ -27,9 +27,7 @@ class TraceJob:
     user: str = ""
     partition: str = ""
     cpus_per_gpu: int | None = None  # cores per GPU asked; None: the cluster's even share
-    time_limit_s: float | None = (
-        None  # the limit the user set (Slurm kills the job there); None: unknown
-    )
+    time_limit_s: float | None = None  # the limit the user set (Slurm kills the job there); None: unknown
     job_name: str = ""
     account: str = ""
     checkpoint: bool = False  # opted in to requeue: checkpoints and resumes from the last one
