@@ -16,10 +16,11 @@ rewrite.py: `slurm-ext predict apply --dry-run`); tests check both agree.
 See docs/predictor.md.
 ]]
 
--- settings: the installer (slurm_ext.predict.hook.render_hook) rewrites these three lines
+-- settings: the installer (slurm_ext.predict.hook.render_hook) rewrites these four lines
 local TABLE_PATH = "/var/lib/slurm-ext/predictor.tsv"
 local RESPECT_EXPLICIT_CPUS = true
 local MAX_CPUS_PER_GPU = 0
+local GPUS_PER_NODE = 0
 
 local HEADER = "# slurm-ext predictor table v1"
 local MAX_BYTES = 1048576
@@ -113,37 +114,42 @@ function M.lookup(rows, key, gtype)
   return rows[key .. "\t" .. ANY_GPU]
 end
 
--- a GPU request "gres:gpu[:type]:N" among comma-separated entries; nil if none, false if not understood
+--[[ a GPU request among comma-separated entries, in every spelling Slurm hands the hook:
+"gres:gpu[:type]:N" (22.05), "gres/gpu[:type]:N" and "gres/gpu[:type]=N" (23.02 and later).
+nil if none, false if not understood. `head` is the entry up to its count (rewritten with
+another count in the same spelling), `prefix` ("gres:" or "gres/") how this Slurm spells
+cpus_per_tres: 25.11 rejects "gres:gpu:N" there. ]]
 function M.parse_gpu(tres)
   if type(tres) ~= "string" or tres == "" then return nil end
   local entries, at = {}, nil
   for e in string.gmatch(tres .. ",", "([^,]*),") do
     entries[#entries + 1] = e
-    if e == "gres:gpu" or string.sub(e, 1, 9) == "gres:gpu:" then
+    local name, sep = string.sub(e, 1, 8), string.sub(e, 9, 9)
+    if (name == "gres:gpu" or name == "gres/gpu") and (sep == "" or sep == ":" or sep == "=") then
       if at then return false end
       at = #entries
     end
   end
   if not at then return nil end
-  local rest = string.sub(entries[at], 10)
-  local gtype, count = string.match(rest, "^([^:]+):([^:]+)$")
+  local entry = entries[at]
+  local rest, gtype, count = string.sub(entry, 10), nil, nil
+  if string.sub(entry, 9, 9) == ":" then
+    local t, _, c = string.match(rest, "^([^:=]+)([:=])([^:=]+)$")
+    gtype, count = t, c
+  end
   if not gtype then count = rest end
-  count = small_int(count, 0, 1024)
+  local n = small_int(count, 0, 1024)
   if gtype and not valid_gpu_type(gtype) then return false end
-  if count == nil then return false end
-  if count == 0 then return nil end
-  return { entries = entries, at = at, gpu_type = gtype, count = count }
-end
-
-local function gpu_entry(gtype, n)
-  if gtype then return "gres:gpu:" .. gtype .. ":" .. n end
-  return "gres:gpu:" .. n
+  if n == nil then return false end
+  if n == 0 then return nil end
+  return { entries = entries, at = at, gpu_type = gtype, count = n,
+           head = string.sub(entry, 1, #entry - #count), prefix = string.sub(entry, 1, 5) }
 end
 
 local function with_count(req, n)
   local e = {}
   for i, v in ipairs(req.entries) do e[i] = v end
-  e[req.at] = gpu_entry(req.gpu_type, n)
+  e[req.at] = req.head .. n
   return table.concat(e, ",")
 end
 
@@ -152,14 +158,19 @@ local function unlimited(n)
 end
 
 --[[ plan: the twin of slurm_ext/predict/rewrite.py plan_rewrite.
-job: comment, name, user_name, tres_per_node, tres_per_job, cpus_per_tres,
-cpus_per_task (nil: unset), max_cpus_per_node (nil: no limit).
+job: comment, name, user_name, tres_per_node, tres_per_job, tres_per_task, num_tasks,
+cpus_per_tres, cpus_per_task (nil: unset), max_cpus_per_node (the most CPUs one node gives
+the job: the partition's MaxCPUsPerNode and CPUs per node; nil: no limit).
+conf: respect_explicit_cpus, max_cpus_per_gpu, gpus_per_node (0: unknown).
+Caps keep every job Slurm would accept acceptable: GPUs on one node never above
+gpus_per_node, CPUs per GPU never above what one node has for the GPUs the job may put on it.
 Returns changes (field -> value, possibly empty), note (text or ""), reason. ]]
 function M.plan(job, rows, conf)
   local h = M.parse_hints(job.comment)
   if h.all_off then return {}, "", "opted out (slurm_ext=off)" end
   local field, req = "tres_per_node", M.parse_gpu(job.tres_per_node)
   if req == nil then field, req = "tres_per_job", M.parse_gpu(job.tres_per_job) end
+  if req == nil then field, req = "tres_per_task", M.parse_gpu(job.tres_per_task) end
   if req == nil then return {}, "", "no GPUs requested" end
   if req == false then return {}, "", "GPU request not understood" end
   local key = h.model
@@ -170,8 +181,11 @@ function M.plan(job, rows, conf)
   local row = M.lookup(rows, key, req.gpu_type)
   if not row then return {}, "", "unknown workload key " .. key end
   local changes, parts, gpus = {}, {}, req.count
-  if h.elastic_min and row.gpus > 0 and field == "tres_per_node" and not h.opt_out.gpu then
-    local g = math.max(h.elastic_min, math.min(h.elastic_max, row.gpus))
+  local node_gpus = conf.gpus_per_node or 0
+  local hi = h.elastic_max
+  if hi and node_gpus > 0 and node_gpus < hi then hi = node_gpus end
+  if h.elastic_min and hi >= h.elastic_min and row.gpus > 0 and field == "tres_per_node" and not h.opt_out.gpu then
+    local g = math.max(h.elastic_min, math.min(hi, row.gpus))
     if g ~= req.count then
       changes.tres_per_node = with_count(req, g)
       parts[#parts + 1] = "tres_per_node " .. job.tres_per_node .. " -> " .. changes.tres_per_node
@@ -183,9 +197,12 @@ function M.plan(job, rows, conf)
     local n = row.cpus_per_gpu
     if conf.max_cpus_per_gpu > 0 and n > conf.max_cpus_per_gpu then n = conf.max_cpus_per_gpu end
     if not unlimited(job.max_cpus_per_node) then
-      n = math.min(n, math.max(1, math.floor(job.max_cpus_per_node / gpus)))
+      local on_node = gpus -- the most GPUs the job may put on one node
+      if field == "tres_per_task" then on_node = gpus * (unlimited(job.num_tasks) and 1 or job.num_tasks) end
+      if node_gpus > 0 and on_node > node_gpus then on_node = node_gpus end
+      n = math.min(n, math.max(1, math.floor(job.max_cpus_per_node / on_node)))
     end
-    local value = "gres:gpu:" .. n
+    local value = req.prefix .. "gpu:" .. n
     if value ~= job.cpus_per_tres then
       changes.cpus_per_tres = value
       local text = "cpus_per_tres " .. (job.cpus_per_tres or "unset") .. " -> " .. value
@@ -228,6 +245,11 @@ local function partition_limit(job_desc, part_list)
     local p = part_list[name]
     local m = p and tonumber(p.max_cpus_per_node)
     if m and not unlimited(m) and (limit == nil or m < limit) then limit = m end
+    local cpus, nodes = p and tonumber(p.total_cpus), p and tonumber(p.total_nodes)
+    if cpus and nodes and nodes > 0 and cpus >= nodes then
+      local per_node = math.floor(cpus / nodes) -- the partition's CPUs per node (homogeneous)
+      if limit == nil or per_node < limit then limit = per_node end
+    end
   end
   return limit
 end
@@ -239,11 +261,13 @@ local function submit(job_desc, part_list)
   local job = {
     comment = job_desc.comment, name = job_desc.name, user_name = job_desc.user_name,
     tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
+    tres_per_task = job_desc.tres_per_task, num_tasks = tonumber(job_desc.num_tasks),
     cpus_per_tres = job_desc.cpus_per_tres,
     cpus_per_task = (cpt ~= nil and cpt ~= slurm.NO_VAL16) and cpt or nil,
     max_cpus_per_node = partition_limit(job_desc, part_list),
   }
-  local conf = { respect_explicit_cpus = RESPECT_EXPLICIT_CPUS, max_cpus_per_gpu = MAX_CPUS_PER_GPU }
+  local conf = { respect_explicit_cpus = RESPECT_EXPLICIT_CPUS, max_cpus_per_gpu = MAX_CPUS_PER_GPU,
+                 gpus_per_node = GPUS_PER_NODE }
   local changes, note, reason = M.plan(job, rows, conf)
   if note == "" then return "unchanged: " .. reason end
   if changes.tres_per_node then job_desc.tres_per_node = changes.tres_per_node end
@@ -261,7 +285,8 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, msg = pcall(submit, job_desc, part_list)
   if not ok then msg = "unchanged: hook error: " .. tostring(msg) end
-  slurm.log_info("slurm-ext hook uid=%s: %s", tostring(submit_uid), msg)
+  local uid = tonumber(submit_uid) -- a float under Lua 5.3: print it as an integer
+  slurm.log_info("slurm-ext hook uid=%s: %s", uid and string.format("%.0f", uid) or tostring(submit_uid), msg)
   return slurm.SUCCESS
 end
 

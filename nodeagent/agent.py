@@ -5,17 +5,16 @@ only wires them and keeps the per-job running totals.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent import colocation as co
+from nodeagent.accounts import JobAccount
 from nodeagent.cgroups import (
     CgroupMounts,
     JobFreezer,
@@ -30,61 +29,15 @@ from nodeagent.cgroups import (
 from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
 from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
-from nodeagent.jobinfo import JobInfo, SlurmJobInfo
+from nodeagent.jobinfo import JobInfo, SlurmJobInfo, vouched
 from nodeagent.progress import ProgressReader
 from nodeagent.report import JobReport, ReportSender
+from nodeagent.state import STATE_VERSION, read_state, restore_totals, write_state
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
-STATE_VERSION = 1
 STATE_SAVE_S = 30.0
-
-
-@dataclass
-class JobAccount:
-    """Running totals of one job on this node; persisted so counters survive restarts."""
-
-    job_id: int
-    first_seen: float  # unix seconds
-    last_seen: float
-    klass: str = co.GUARANTEED
-    qos: str = ""
-    partition: str = ""
-    gpu_seconds: float = 0.0
-    util_seconds: float = 0.0  # GPU-seconds whose utilisation was measurable
-    util_weighted: float = 0.0  # sum of util x dt over those
-    util_peak: float = 0.0
-    mem_peak_bytes: int = 0
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-    gpu_energy_j: float = 0.0
-    cpu_energy_j: float = 0.0
-    gpu_uuids: list[str] = field(default_factory=list)
-    gpu_type: str = ""
-    cpus_alloc: int | None = None
-    samples: int = 0
-
-    def report(self, node: str, final: bool) -> JobReport:
-        mean = self.util_weighted / self.util_seconds if self.util_seconds > 0 else 0.0
-        return JobReport(
-            node=node,
-            job_id=self.job_id,
-            gpu_seconds=self.gpu_seconds,
-            gpu_util_mean=min(1.0, mean),
-            gpu_util_peak=min(1.0, self.util_peak),
-            gpu_mem_peak_bytes=self.mem_peak_bytes,
-            cpu_cores_alloc=self.cpus_alloc,
-            cpu_cores_used=self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
-            gpu_energy_j=self.gpu_energy_j,
-            cpu_energy_j=self.cpu_energy_j,
-            gpu_uuids=tuple(self.gpu_uuids),
-            gpu_type=self.gpu_type,
-            samples=self.samples,
-            period_start=self.first_seen,
-            period_end=self.last_seen,
-            final=final,
-        )
 
 
 @dataclass(frozen=True)
@@ -154,9 +107,11 @@ class Agent:
         self.lock = threading.Lock()  # the exporter reads under it
         self.meter = GpuEnergyMeter()
         self.co_state = co.CoState()
-        self.progress = ProgressReader(config.proc_root)
+        self.progress = ProgressReader(config.proc_root, timeout_s=c.progress_timeout_s)
         self.accounts: dict[int, JobAccount] = {}
         self.paused: dict[int, PauseRecord] = {}
+        self._recovering: set[int] = set()  # left frozen by a previous run, not thawed yet
+        self._next_recover = float("-inf")  # retried at most every jobs.cache_s
         self.gpu_energy_total: dict[str, float] = {}
         self.cpu_energy_total = 0.0
         self.action_counts: dict[tuple[str, str], int] = {}
@@ -180,49 +135,76 @@ class Agent:
 
     # ---- state -------------------------------------------------------------------------
     def _load_state(self) -> None:
-        """Restore totals, and resume any job a previous run left paused."""
+        """Restore totals, and thaw every job a previous run left frozen. A damaged file
+        never stops this: each part that cannot be read is logged and skipped."""
         if not self.config.state_file:
             return
         path = Path(self.config.state_file)
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
+        loaded = read_state(path)
+        if loaded is None:
             return
-        except (OSError, ValueError) as exc:
-            log.error("state file %s unreadable (%s): starting from zero", path, exc)
-            return
-        if doc.get("version") != STATE_VERSION:
-            log.error("state file %s has version %r: ignored", path, doc.get("version"))
-            return
-        for d in doc.get("accounts", []):
-            a = JobAccount(**d)
-            self.accounts[a.job_id] = a
-        self.gpu_energy_total = {k: float(v) for k, v in doc.get("gpu_energy_total", {}).items()}
-        self.cpu_energy_total = float(doc.get("cpu_energy_total", 0.0))
-        self.co_state.solo_util = {int(k): v for k, v in doc.get("solo_util", {}).items()}
-        self.co_state.solo_rate = {int(k): v for k, v in doc.get("solo_rate", {}).items()}
-        self.co_state.solo_rate_n = {int(k): v for k, v in doc.get("solo_rate_n", {}).items()}
-        # EaCO verdicts: a withdrawn admission must not be given again after a restart
-        self.co_state.admitted = {int(j) for j in doc.get("eaco_admitted", [])}
-        self.co_state.refused = {int(k): str(v) for k, v in doc.get("eaco_refused", {}).items()}
-        for d in doc.get("paused", []):
-            rec = PauseRecord.from_dict(d)
-            ok = self.freezer.resume(rec)
-            self._count_action("resume", "recovery")
-            log.warning(
-                "start-up recovery: resumed job %s paused by a previous run (%s, %s)",
-                rec.job_id,
-                rec.method,
-                "ok" if ok else "incomplete",
-            )
-        if doc.get("paused"):
-            self.save_state()
+        for problem in loaded.problems:
+            log.error("state file %s: %s", path, problem)
+        for rec in loaded.paused:  # first: nothing below may keep a job frozen
+            self.paused[rec.job_id] = rec
+            self._recovering.add(rec.job_id)
+        doc = loaded.doc if loaded.doc.get("version") == STATE_VERSION else {}
+        self.gpu_energy_total, self.cpu_energy_total = restore_totals(
+            doc, path, self.accounts, self.co_state
+        )
+        if self._recovering:
+            self.recover()
 
-    def save_state(self) -> None:
+    def recover(self, force: bool = False) -> None:
+        """Thaw the jobs a previous run left frozen (retried every sample until Slurm
+        can say none of them is suspended by Slurm itself; `force`: thaw regardless)."""
+        self._next_recover = self.clock() + self.config.jobs.cache_s
+        for job in sorted(self._recovering):
+            if self._thaw(job, "recovery", force):
+                self._count_action("resume", "recovery")
+        self.save_state()
+
+    def _thaw(self, job: int, why: str, force: bool = False) -> bool:
+        """Resume a job this agent froze, unless Slurm suspended it meanwhile (then the
+        record is dropped and the job left to Slurm). False: Slurm could not be asked, the
+        job stays frozen and its record is kept, to be retried."""
+        rec = self.paused.get(job)
+        if rec is None:
+            return True
+        state = "" if self.job_info is None or force else None
+        if state is None:
+            assert self.job_info is not None
+            states = self.job_info.states([job])
+            if states is None:
+                self._error(
+                    "thaw", f"job {job} left frozen: Slurm cannot say whether it suspended it"
+                )
+                return False
+            state = states[job]
+        del self.paused[job]
+        self._recovering.discard(job)
+        if state == "SUSPENDED":
+            log.warning("job %s is suspended by Slurm: not thawed, left to Slurm (%s)", job, why)
+            return True
+        ok = self.freezer.resume(rec)
+        log.warning(
+            "resumed job %s via %s (%s)%s", job, rec.method, why, "" if ok else ": incomplete"
+        )
+        return True
+
+    def _record_pause(self, rec: PauseRecord) -> None:
+        """Called by the freezer before it freezes: the record must be on disk first."""
+        self.paused[rec.job_id] = rec
+        if not self.save_state():
+            del self.paused[rec.job_id]
+            raise OSError(f"cannot record the pause of job {rec.job_id}: not freezing it")
+
+    def save_state(self) -> bool:
         if not self.config.state_file:
-            return
+            return True
         path = Path(self.config.state_file)
         doc = {
+            "paused": [r.to_dict() for r in self.paused.values()],
             "version": STATE_VERSION,
             "saved_at": self.wall(),
             "accounts": [
@@ -235,15 +217,13 @@ class Agent:
             "solo_rate_n": {str(k): v for k, v in self.co_state.solo_rate_n.items()},
             "eaco_admitted": sorted(self.co_state.admitted),
             "eaco_refused": {str(k): v for k, v in self.co_state.refused.items()},
-            "paused": [r.to_dict() for r in self.paused.values()],
         }
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, path)
+            write_state(path, doc)
+            return True
         except OSError as exc:
             self._error("state", f"cannot write state file {path}: {exc}")
+            return False
 
     # ---- helpers -----------------------------------------------------------------------
     def _error(self, source: str, message: str) -> None:
@@ -275,11 +255,16 @@ class Agent:
         now, wall = self.clock(), self.wall()
         dt = now - self._last_t if self._last_t is not None else 0.0
         self._last_t = now
+        if self._recovering and now >= self._next_recover:
+            with self.lock:
+                self.recover()
         gpus = self._read_gpus()
         gpu_pids = {p.pid for g in gpus for p in g.processes}
         jobs = self.scanner.scan(gpu_pids)
-        job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
         trusted = self._trusted_info(jobs, now)  # may call squeue: outside the lock
+        if trusted is not None:
+            jobs = self._vouched(jobs, trusted)
+        job_of_pid = {pid: j for j, jp in jobs.items() for pid in jp.pids}
         with self.lock:
             for job_id, jp in jobs.items():
                 new = job_id not in self.accounts
@@ -333,6 +318,18 @@ class Agent:
         if answer.error is not None:  # logged once per outage by SlurmJobInfo
             self.error_counts["slurm"] = self.error_counts.get("slurm", 0) + 1
         return answer.info
+
+    def _vouched(
+        self, jobs: dict[int, JobProcesses], trusted: dict[int, JobInfo]
+    ) -> dict[int, JobProcesses]:
+        kept, dropped = vouched(jobs, trusted, self.config.proc_root)
+        for pid, job_id in dropped:
+            self._error(
+                "unvouched",
+                f"pid {pid} claims job {job_id} by SLURM_JOB_ID but Slurm does not run "
+                f"that job on {self.node} under its user: ignored",
+            )
+        return kept
 
     def _set_class(self, acc: JobAccount, info: JobInfo | None, new: bool) -> None:
         """Class from Slurm's record, or the default while Slurm has not vouched for the
@@ -500,7 +497,11 @@ class Agent:
             jp = jobs.get(action.job_id)
             if jp is None:
                 return
-            rec = self.freezer.pause(jp)
+            try:
+                rec = self.freezer.pause(jp, before=self._record_pause)
+            except OSError as exc:
+                self._error("state", str(exc))
+                return
             self.paused[action.job_id] = rec
             log.warning(
                 "paused opportunistic job %s on %s via %s: %s",
@@ -510,16 +511,7 @@ class Agent:
                 action.reason,
             )
         else:
-            rec = self.paused.pop(action.job_id, None)
-            if rec is not None:
-                ok = self.freezer.resume(rec)
-                log.warning(
-                    "resumed job %s via %s (%s)%s",
-                    action.job_id,
-                    rec.method,
-                    action.reason,
-                    "" if ok else ": incomplete",
-                )
+            self._thaw(action.job_id, action.reason)
 
     def _ended(self, jobs: dict[int, JobProcesses]) -> list[JobReport]:
         ended = [j for j in self.accounts if j not in jobs]
@@ -528,7 +520,8 @@ class Agent:
             a = self.accounts.pop(job)
             finals.append(a.report(self.node, final=True))
             rec = self.paused.pop(job, None)
-            if rec is not None:
+            self._recovering.discard(job)
+            if rec is not None:  # its processes are gone: nothing Slurm could suspend
                 self.freezer.resume(rec)
         if ended:
             co.forget(self.co_state, set(self.accounts))
@@ -553,13 +546,13 @@ class Agent:
 
     # ---- lifecycle ---------------------------------------------------------------------
     def resume_all(self, why: str) -> None:
+        """Thaw every job this agent froze (those Slurm cannot vouch for stay recorded in
+        the state file for `slurm-ext-agent thaw` or the next start)."""
         with self.lock:
-            for job, rec in list(self.paused.items()):
-                ok = self.freezer.resume(rec)
-                self._count_action("resume", why)
-                log.warning("resumed job %s on %s (%s)", job, why, "ok" if ok else "incomplete")
-                del self.paused[job]
-            self.co_state.paused.clear()
+            for job in list(self.paused):
+                if self._thaw(job, why):
+                    self._count_action("resume", why)
+            self.co_state.paused = set(self.paused)
 
     def run(self, stop: threading.Event, once: bool = False) -> None:
         """Loop until `stop`; always leaves no job paused behind it."""

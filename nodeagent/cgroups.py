@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,6 +172,18 @@ class JobProcesses:
     rss_bytes: int = 0
     placement: CgroupPlacement | None = None  # of one process (the first found)
     from_environ: bool = False
+    # mapped by SLURM_JOB_ID alone (the user's word): the agent keeps them only where
+    # slurmctld says the job runs on this node under the process's user
+    environ_pids: list[int] = field(default_factory=list)
+
+
+def without_pids(jp: JobProcesses, drop: set[int], proc_root: str = "/proc") -> JobProcesses:
+    """The job's processes less `drop` (the agent's filter of unvouched processes)."""
+    keep = [p for p in jp.pids if p not in drop]
+    cpu = {k: v for k, v in jp.cpu_by_proc.items() if k[0] not in drop}
+    rss = sum(st.rss_bytes for p in keep if (st := read_proc_stat(p, proc_root)) is not None)
+    env = [p for p in jp.environ_pids if p not in drop]
+    return JobProcesses(jp.job_id, keep, sum(cpu.values()), cpu, rss, jp.placement, bool(env), env)
 
 
 # A process younger than this may still be moved into a job cgroup (slurmstepd attaches
@@ -282,6 +294,8 @@ def _add(
     jp = jobs.setdefault(job_id, JobProcesses(job_id, placement=placement))
     jp.from_environ = jp.from_environ or from_environ
     jp.pids.append(pid)
+    if from_environ:
+        jp.environ_pids.append(pid)
     jp.cpu_s += st.cpu_s
     jp.cpu_by_proc[(pid, st.start_ticks)] = st.cpu_s
     jp.rss_bytes += st.rss_bytes
@@ -371,7 +385,10 @@ class PauseRecord:
 
     @classmethod
     def from_dict(cls, d: dict) -> PauseRecord:
-        return cls(int(d["job_id"]), str(d["method"]), [str(t) for t in d["targets"]])
+        method = str(d["method"])
+        if method not in ("cgroup-v2", "cgroup-v1", "sigstop"):
+            raise ValueError(f"unknown pause method {method!r}")
+        return cls(int(d["job_id"]), method, [str(t) for t in d["targets"]])
 
 
 class JobFreezer:
@@ -386,31 +403,45 @@ class JobFreezer:
         self.mounts = mounts
         self.proc_root = proc_root
 
-    def pause(self, job: JobProcesses) -> PauseRecord:
+    def pause(
+        self, job: JobProcesses, before: Callable[[PauseRecord], None] | None = None
+    ) -> PauseRecord:
+        """Freeze the job by the first method that works. `before(record)` is called
+        with what is about to be frozen before anything is (the agent saves it, so a
+        crash right after the freeze still leaves a record to thaw from)."""
+        record = before or (lambda rec: None)
         p = job.placement
         if p is not None and p.v2 and self.mounts.v2 and job_dir(p.v2):
             base = Path(self.mounts.v2 + job_dir(p.v2))
             if (base / "cgroup.freeze").exists():
                 users = sorted(base.glob("step_*/user/cgroup.freeze"))
                 targets = [str(t) for t in users] or [str(base / "cgroup.freeze")]
+                rec = PauseRecord(job.job_id, "cgroup-v2", targets)
+                record(rec)
                 if all(_write(t, "1") for t in targets):
-                    return PauseRecord(job.job_id, "cgroup-v2", targets)
+                    return rec
         if p is not None and "freezer" in p.v1 and "freezer" in self.mounts.v1:
             d = job_dir(p.v1["freezer"])
             target = f"{self.mounts.v1['freezer']}{d}/freezer.state" if d else ""
-            if d and _write(target, "FROZEN"):
-                return PauseRecord(job.job_id, "cgroup-v1", [target])
-        targets = []
+            if d:
+                rec = PauseRecord(job.job_id, "cgroup-v1", [target])
+                record(rec)
+                if _write(target, "FROZEN"):
+                    return rec
+        planned = []
         for pid in job.pids:
             st = read_proc_stat(pid, self.proc_root)
-            if st is None:
-                continue
+            if st is not None:
+                planned.append((pid, f"{pid}:{st.start_ticks}"))
+        record(PauseRecord(job.job_id, "sigstop", [t for _, t in planned]))
+        targets = []
+        for pid, target in planned:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except OSError as exc:
                 log.warning("SIGSTOP job %s pid %s failed: %s", job.job_id, pid, exc)
                 continue
-            targets.append(f"{pid}:{st.start_ticks}")
+            targets.append(target)
         return PauseRecord(job.job_id, "sigstop", targets)
 
     def resume(self, rec: PauseRecord) -> bool:

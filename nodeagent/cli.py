@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import click
 
@@ -16,7 +17,14 @@ from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
-from nodeagent.report import ReportSender, SecretFileError, read_secret
+from nodeagent.report import (
+    ReportSender,
+    SecretFileError,
+    node_key,
+    node_name_ok,
+    read_secret,
+)
+from nodeagent.state import lock_state
 from slurm_ext.config import ConfigError, load_config
 
 log = logging.getLogger("nodeagent")
@@ -65,6 +73,7 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _lock(config)
     sender = None
     if config.report.enabled:
         try:
@@ -94,6 +103,89 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
         server, _ = _serve(agent, config)
         log.info("metrics on http://%s:%d/metrics", config.exporter.listen, server.server_port)
     agent.run(stop, once=once)
+
+
+@main.command()
+@click.option("--config", "config_path", default="/etc/slurm-ext/agent.toml", show_default=True)
+@click.option(
+    "--wait",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to keep asking Slurm when it cannot answer.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Thaw even jobs Slurm cannot vouch for (it might have suspended them itself).",
+)
+def thaw(config_path: str, wait: float, force: bool) -> None:
+    """Thaw every job a stopped or killed agent left frozen, per its state file, except
+    jobs Slurm itself suspended (systemd's ExecStopPost). Run it only while the agent is
+    stopped. Exit status 1 when jobs stay frozen because Slurm could not be asked."""
+    config = _load(config_path)
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    _lock(config)  # never beside a running agent: it thaws on its own way out
+    agent = Agent(config, None, None)  # loading the state file thaws what it can
+    deadline = time.monotonic() + wait
+    while agent.paused and time.monotonic() < deadline:
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        agent.recover()
+    if agent.paused and force:
+        agent.recover(force=True)
+    if agent.paused:
+        click.echo(
+            f"slurm-ext-agent thaw: jobs {sorted(agent.paused)} stay frozen: Slurm cannot say "
+            "whether it suspended them; they are thawed at the agent's next start once it "
+            "can (or run: slurm-ext-agent thaw --force)",
+            err=True,
+        )
+        sys.exit(1)
+    click.echo("slurm-ext-agent thaw: no job left frozen by the agent")
+
+
+@main.command("report-key")
+@click.argument("node")
+@click.option(
+    "--master",
+    default="/etc/slurm-ext/report.secret",
+    show_default=True,
+    help="The service's report_secret_file.",
+)
+def report_key(node: str, master: str) -> None:
+    """Print NODE's own report key, derived from the service's secret. Put it (mode 0600)
+    in that node's report.secret_file instead of the shared secret: the node can then
+    sign reports as itself only."""
+    if not node_name_ok(node):
+        click.echo(f"slurm-ext-agent: bad node name {node!r}", err=True)
+        sys.exit(2)
+    try:
+        secret = read_secret(master)
+    except SecretFileError as exc:
+        click.echo(f"slurm-ext-agent: --master: {exc}", err=True)
+        sys.exit(2)
+    click.echo(node_key(secret, node).decode())
+
+
+def _lock(config: AgentConfig) -> None:
+    """One agent (or `thaw`) per state file; exit 2 naming the lock otherwise."""
+    if not config.state_file:
+        return
+    path = Path(config.state_file)
+    try:
+        held = lock_state(path)
+    except OSError as exc:
+        click.echo(f"slurm-ext-agent: cannot lock {path}.lock: {exc}", err=True)
+        sys.exit(2)
+    if held is None:
+        click.echo(
+            f"slurm-ext-agent: another agent (or thaw) holds {path}.lock: "
+            "one per state file; stop it first",
+            err=True,
+        )
+        sys.exit(2)
 
 
 def _serve(agent: Agent, config: AgentConfig):

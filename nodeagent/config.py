@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
 
 
 def _positive(name: str, value: float) -> None:
@@ -24,10 +24,10 @@ class GpuConfig:
     # only for backend = "simulated": JSON list of {"pid", "gpu", "memory_bytes", "sm_util"}
     # placing real processes on the simulated GPUs (end-to-end tests)
     simulated_processes_file: str = ""
-    util_window_s: float = 10.0  # first per-process utilisation query looks this far back
+    util_window_s: float = positive(10.0)  # first per-process utilisation query looks this far back
     # read the NVML total-energy counter at most this often (it costs ~4 ms CPU per read on
     # an H100); power is integrated in between and the counter corrects it at the next read
-    energy_interval_s: float = 30.0
+    energy_interval_s: float = positive(30.0)
 
 
 @dataclass
@@ -55,8 +55,8 @@ class ReportConfig:
     interval_s: float = 60.0
     timeout_s: float = 10.0
     spool_dir: str = "/var/spool/slurm-ext-agent"
-    spool_max_batches: int = 1000
-    backoff_max_s: float = 300.0
+    spool_max_batches: int = positive(1000)
+    backoff_max_s: float = positive(300.0)
 
     def __post_init__(self) -> None:
         _positive("interval_s", self.interval_s)
@@ -90,12 +90,19 @@ class ColocationConfig:
     # read a guaranteed job's SLURM_EXT_PROGRESS_FILE: progress below slow_fraction x its
     # solo rate is a slowdown too, judged after min_solo_rate_samples solo samples
     progress: bool = True
+    # a progress-file read still running after this long is abandoned (a hung NFS or FUSE
+    # mount must not stall the loop); that job's progress is unknown until it returns
+    progress_timeout_s: float = 0.5
     min_solo_rate_samples: int = 3
     eaco: EacoConfig = field(default_factory=EacoConfig)
 
     def __post_init__(self) -> None:
         for name in ("slow_fraction", "memory_high", "idle_util", "min_solo_util"):
             _fraction(name, getattr(self, name))
+        if not 0 < self.progress_timeout_s <= 60:  # also refuses NaN
+            raise ValueError(
+                f"progress_timeout_s must be within (0, 60], got {self.progress_timeout_s}"
+            )
         if self.min_solo_rate_samples < 1:
             raise ValueError(
                 f"min_solo_rate_samples must be >= 1, got {self.min_solo_rate_samples}"

@@ -11,9 +11,13 @@ per job id so a steady node asks once per `cache_s`, not once per sample or per 
 from __future__ import annotations
 
 import logging
+import pwd
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from nodeagent.cgroups import JobProcesses, proc_uid, without_pids
+from slurm_ext.model import JobState
 from slurm_ext.slurm.client import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ class JobInfo:
 
     qos: str
     partition: str
+    user: str = ""  # user name, or uid as text when Slurm gave no name
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class SlurmJobInfo:
         self._next_try = float("-inf")
         self._down = False
         self._elsewhere_logged: set[int] = set()
+        self._states_next_try = float("-inf")  # monotonic; see states()
 
     def lookup(self, job_ids: Iterable[int], now: float) -> Lookup:
         ids = set(job_ids)
@@ -97,7 +103,7 @@ class SlurmJobInfo:
             job = by_id.get(job_id)
             answer = None
             if job is not None and self.node in job.nodes:
-                answer = JobInfo(job.qos, job.partition)
+                answer = JobInfo(job.qos, job.partition, job.user)
             elif job_id not in self._elsewhere_logged:
                 # a process outside any job cgroup names its job by SLURM_JOB_ID, which the
                 # user controls; a job Slurm runs elsewhere (or not at all) is not trusted
@@ -111,3 +117,54 @@ class SlurmJobInfo:
                 )
             self._entries[job_id] = (now, answer)
         return None
+
+    def states(self, job_ids: Iterable[int]) -> dict[int, str] | None:
+        """Slurm's state of each job now (no cache: asked before thawing a job), "" for
+        a job Slurm does not hold; None when Slurm cannot be asked, and for `cache_s`
+        after a failure without asking again (a dead controller must not cost every
+        sample a timeout)."""
+        if time.monotonic() < self._states_next_try:
+            return None
+        try:
+            jobs = self.client.jobs(states=tuple(s.value for s in JobState))
+        except (SlurmError, OSError) as exc:
+            self._states_next_try = time.monotonic() + self.cache_s
+            log.warning("cannot ask Slurm for job states: %s", exc)
+            return None
+        by_id = {j.job_id: j.state.value for j in jobs}
+        return {j: by_id.get(j, "") for j in job_ids}
+
+
+def vouched(
+    jobs: dict[int, JobProcesses], trusted: dict[int, JobInfo], proc_root: str = "/proc"
+) -> tuple[dict[int, JobProcesses], list[tuple[int, int]]]:
+    """The jobs less processes mapped only by SLURM_JOB_ID (no job cgroup) that slurmctld
+    does not vouch for: anyone can set the variable, and a stray "guaranteed" process
+    could get real jobs paused. `trusted` holds only jobs Slurm runs on this node; the
+    process's user must also be the job's. Returns (kept jobs, dropped (pid, job))."""
+    out: dict[int, JobProcesses] = {}
+    dropped: list[tuple[int, int]] = []
+    for job_id, jp in jobs.items():
+        info = trusted.get(job_id)
+        drop = {
+            p
+            for p in jp.environ_pids
+            if info is None or not same_user(info.user, proc_uid(p, proc_root))
+        }
+        dropped += [(p, job_id) for p in sorted(drop)]
+        kept = without_pids(jp, drop, proc_root) if drop else jp
+        if kept.pids:
+            out[job_id] = kept
+    return out, dropped
+
+
+def same_user(slurm_user: str, uid: int | None) -> bool:
+    """Whether Slurm's user of a job (name, or uid as text) is the process's uid."""
+    if uid is None or not slurm_user:
+        return False
+    if slurm_user == str(uid):
+        return True
+    try:
+        return pwd.getpwuid(uid).pw_name == slurm_user
+    except KeyError:
+        return False

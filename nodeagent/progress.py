@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import stat
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ WINDOW_S = 5.0  # the rate spans at least this much of the file's time, where it
 MIN_GAPS = 2  # ... and at least this many intervals between lines (three lines)
 STALE_S = 60.0  # no new line for max(STALE_S, STALE_GAPS x usual gap): progress unknown
 STALE_GAPS = 20
+MAX_STUCK = 8  # progress reads left hanging at once (a hung mount), at most
 
 
 class ProgressFileError(Exception):
@@ -146,12 +148,22 @@ class ProgressReader:
     """Per job: finds the progress file once (looking only at processes not seen
     before), then reads its tail at each sample, through /proc/PID/root of the process
     that named it (its mount namespace). When that process is gone the search starts
-    again."""
+    again.
 
-    def __init__(self, proc_root: str = "/proc", max_bytes: int = TAIL_BYTES) -> None:
+    The file may sit on a hung NFS or a user's FUSE mount, where a read never returns:
+    each read runs on its own thread and is waited for at most `timeout_s`; a read still
+    running then is abandoned (progress unknown), and that job's file is not read again
+    until it returns. At most MAX_STUCK reads are left hanging at once, after which no
+    progress file is read at all until one returns, so the threads stay bounded."""
+
+    def __init__(
+        self, proc_root: str = "/proc", max_bytes: int = TAIL_BYTES, timeout_s: float = 0.5
+    ) -> None:
         self.proc_root = proc_root
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
         self.jobs: dict[int, _JobSource] = {}
+        self.stuck: dict[int, threading.Thread] = {}  # job -> its abandoned read
 
     def rate(self, job_id: int, procs: Iterable[tuple[int, int]], now: float) -> float | None:
         """The job's progress rate, or None (no file named, unreadable, garbage, stale).
@@ -178,17 +190,50 @@ class ProgressReader:
             src.checked.clear()
             log.info("job %s: progress file %r (pid %s, uid %s)", job_id, src.path, pid, uid)
         assert src.uid is not None and src.proc is not None
+        root = f"{self.proc_root}/{src.proc[0]}/root"
         try:
-            root = f"{self.proc_root}/{src.proc[0]}/root"
-            data, from_start = read_tail(src.path, src.uid, self.max_bytes, root)
+            got = self._bounded_read(job_id, src.path, src.uid, root)
         except ProgressFileError as exc:
             self._ignore(job_id, src, str(exc))
             return None
+        if got is None:
+            self._ignore(job_id, src, f"read did not finish within {self.timeout_s} s")
+            return None
+        data, from_start = got
         points = parse_tail(data, from_start)
         if points is None:
             self._ignore(job_id, src, 'not lines of "<unix time> <count>"')
             return None
         return progress_rate(points, now)
+
+    def _bounded_read(
+        self, job_id: int, path: str, uid: int, root: str
+    ) -> tuple[bytes, bool] | None:
+        """read_tail on a thread, waited for at most timeout_s; None when it is still
+        running (or an earlier read of this job, or too many reads, still hang)."""
+        for job in [j for j, t in self.stuck.items() if not t.is_alive()]:
+            del self.stuck[job]
+        if job_id in self.stuck or len(self.stuck) >= MAX_STUCK:
+            return None
+        box: list = []
+
+        def read() -> None:
+            try:
+                box.append(read_tail(path, uid, self.max_bytes, root))
+            except ProgressFileError as exc:
+                box.append(exc)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller as a refusal
+                box.append(ProgressFileError(f"cannot read: {exc}"))
+
+        t = threading.Thread(target=read, name=f"progress-{job_id}", daemon=True)
+        t.start()
+        t.join(self.timeout_s)
+        if t.is_alive():
+            self.stuck[job_id] = t
+            return None
+        if isinstance(box[0], ProgressFileError):
+            raise box[0]
+        return box[0]
 
     def _ignore(self, job_id: int, src: _JobSource, why: str) -> None:
         if not src.warned:

@@ -11,8 +11,9 @@ the service keeps, per (node, job_id), the report with the greatest `period_end`
 
 Authentication: the JSON body is signed with HMAC-SHA256 over the exact bytes sent, hex
 in the `X-Slurm-Ext-Signature` header, with a secret shared through a file readable only
-by its owner (root or SlurmUser). The body carries `sent_at` so a receiver may refuse
-stale replays.
+by its owner (root or SlurmUser). The body carries `sent_at`, stamped when the batch is
+sent (not when it was spooled), so the service refuses bodies outside a window of its
+own clock; it also refuses reports for jobs Slurm ran on another node than the body's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
+import re
 import stat
 import time
 import urllib.error
@@ -34,8 +37,12 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Slurm-Ext-Signature"
+NODE_HEADER = "X-Slurm-Ext-Node"  # the node whose key signed the body (per-node keys)
 REPORTS_PATH = "/v1/reports"
 FORMAT_VERSION = 1
+MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
+MAX_COUNT = 2**62  # bytes, samples, cores: far above anything real, far below int64
+_SIGNATURE_RE = re.compile(r"[0-9a-fA-F]{64}")
 
 
 @dataclass(frozen=True)
@@ -98,19 +105,42 @@ def encode_reports(node: str, reports: list[JobReport], sent_at: float | None = 
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
+@dataclass(frozen=True)
+class ReportBatch:
+    """One decoded POST body."""
+
+    node: str
+    sent_at: float
+    reports: list[JobReport]
+
+
 def decode_reports(body: bytes) -> list[JobReport]:
     """Parse and validate a body from `encode_reports`; ValueError says what is wrong."""
+    return decode_batch(body).reports
+
+
+def decode_batch(body: bytes) -> ReportBatch:
+    """Parse and validate a body from `encode_reports`, keeping its node and `sent_at`.
+    Every number must be finite and within range (NaN, Infinity, a job id beyond
+    uint32: ValueError), so nothing a sender writes can poison totals downstream."""
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"report body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("report body nested too deeply") from exc
     if not isinstance(doc, dict):
         raise ValueError("report body must be a JSON object")
     if doc.get("version") != FORMAT_VERSION:
         raise ValueError(f"unsupported report version {doc.get('version')!r}")
     node = doc.get("node")
-    if not isinstance(node, str) or not node:
-        raise ValueError("report body lacks a node name")
+    if not isinstance(node, str) or not node or len(node) > 255:
+        raise ValueError("report body lacks a node name (or it is over 255 characters)")
+    sent_at = doc.get("sent_at")
+    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
+        raise ValueError("report body lacks a numeric sent_at")
+    if not math.isfinite(sent_at):
+        raise ValueError("sent_at: not finite")
     items = doc.get("reports")
     if not isinstance(items, list):
         raise ValueError("'reports' must be a list")
@@ -129,6 +159,13 @@ def decode_reports(body: bytes) -> list[JobReport]:
             bad_bool = isinstance(value, bool) and bool not in types
             if bad_bool or not isinstance(value, types):
                 raise ValueError(f"reports[{i}].{key}: wrong type {type(value).__name__}")
+        for key, value in item.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"reports[{i}].{key}: not finite")
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_COUNT:
+                raise ValueError(f"reports[{i}].{key}: {value} out of range")
+        if not 1 <= item["job_id"] <= MAX_JOB_ID:
+            raise ValueError(f"reports[{i}].job_id: {item['job_id']} outside 1..{MAX_JOB_ID}")
         if item["node"] != node:
             raise ValueError(f"reports[{i}].node {item['node']!r} differs from body node {node!r}")
         if not all(isinstance(u, str) for u in item["gpu_uuids"]):
@@ -150,7 +187,20 @@ def decode_reports(body: bytes) -> list[JobReport]:
         for key in ("gpu_energy_j", "cpu_energy_j", "period_start", "period_end"):
             item[key] = float(item[key])
         out.append(JobReport(**item))
-    return out
+    return ReportBatch(node, float(sent_at), out)
+
+
+def restamp(body: bytes, sent_at: float) -> bytes:
+    """The same batch with `sent_at` set to when it is really sent (a spooled batch may
+    wait hours for the service); ValueError when the spooled body is not our JSON."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"spooled batch is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ValueError("spooled batch is not a JSON object")
+    doc["sent_at"] = sent_at
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
 def per_job(reports: Iterable[JobReport], periods: bool = True) -> dict[int, list[JobReport]]:
@@ -178,10 +228,40 @@ def sign(body: bytes, secret: bytes) -> str:
     return hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
+def node_key(master: bytes, node: str) -> bytes:
+    """The report key of one node, derived from the service's secret: a node holding only
+    its own key can sign reports as itself and as no other node (`slurm-ext-agent
+    report-key NODE` prints it for the node's `report.secret_file`)."""
+    return (
+        hmac.new(master, b"slurm-ext node report key\0" + node.encode(), hashlib.sha256)
+        .hexdigest()
+        .encode()
+    )
+
+
+def node_name_ok(node: str | None) -> bool:
+    """A node header the service will look at: 1-255 printable ASCII, no spaces."""
+    return (
+        bool(node)
+        and len(node) <= 255
+        and node.isascii()
+        and node.isprintable()
+        and " " not in node
+    )
+
+
+def signature_shape_ok(signature: str | None) -> bool:
+    """Whether a header can be a signature at all (64 hex digits), checked before the
+    body is read; anything else (missing, non-ASCII, too long) is refused at once."""
+    return bool(signature) and _SIGNATURE_RE.fullmatch(signature.strip()) is not None
+
+
 def verify(body: bytes, secret: bytes, signature: str | None) -> bool:
-    """Constant-time check of a hex HMAC-SHA256 signature; False for a missing one."""
-    if not signature or not secret:
+    """Constant-time check of a hex HMAC-SHA256 signature; False for a missing or
+    malformed one (never an exception: the header is the client's)."""
+    if not secret or not signature_shape_ok(signature):
         return False
+    assert signature is not None
     return hmac.compare_digest(sign(body, secret), signature.strip().lower())
 
 
@@ -226,13 +306,16 @@ def reports_url(service_url: str) -> str:
     return base if base.endswith(REPORTS_PATH) else base + REPORTS_PATH
 
 
-def post_body(service_url: str, body: bytes, secret: bytes, timeout: float = 10.0) -> None:
-    """POST one signed body; raise ReportError on anything but a 2xx answer."""
+def post_body(
+    service_url: str, body: bytes, secret: bytes, timeout: float = 10.0, node: str = ""
+) -> None:
+    """POST one signed body; raise ReportError on anything but a 2xx answer. `node`
+    names the sender so the service can check a per-node key."""
+    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)}
+    if node:
+        headers[NODE_HEADER] = node
     req = urllib.request.Request(
-        reports_url(service_url),
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)},
+        reports_url(service_url), data=body, method="POST", headers=headers
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -251,7 +334,7 @@ def post_reports(
     service_url: str, node: str, reports: list[JobReport], secret: bytes, timeout: float = 10.0
 ) -> None:
     """Encode, sign and POST reports once (no spool); raise ReportError on failure."""
-    post_body(service_url, encode_reports(node, reports), secret, timeout)
+    post_body(service_url, encode_reports(node, reports), secret, timeout, node)
 
 
 class ReportSender:
@@ -316,8 +399,13 @@ class ReportSender:
         delivered = 0
         for path in self.pending():
             try:
-                body = path.read_bytes()
-                post_body(self.service_url, body, self.secret, self.timeout)
+                body = restamp(path.read_bytes(), time.time())
+                post_body(self.service_url, body, self.secret, self.timeout, self.node)
+            except ValueError as exc:
+                log.error("spooled batch %s unreadable (%s): dropped", path.name, exc)
+                path.unlink(missing_ok=True)
+                self.dropped_batches += 1
+                continue
             except ReportError as exc:
                 if not exc.retriable:
                     log.error("report batch %s refused for good (%s): dropped", path.name, exc)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the suite needs on Debian 12 (run as root): Slurm + munge from Debian,
-# and a project virtual environment in .venv with the package and its test tools.
-# Idempotent: skips apt when the packages are already there.
+# and a project virtual environment in .venv with the package and its test tools; then,
+# when the Slurm 25.11.2 source tarball is there ($SLURM_EXT_SLURM_TARBALL, or the vendored
+# copy beside the checkout), Slurm 25.11 built into a cache outside the checkout and pyslurm
+# built against it (scripts/install-slurm2511.sh; WITH_SLURM2511=0 skips it). Idempotent: skips apt and the builds when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3"
@@ -25,4 +27,7 @@ if [ "${WITH_TORCH:-1}" = "1" ] && ! .venv/bin/python -c "import torch" 2>/dev/n
   .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | quiet
   .venv/bin/python -c "import torch" 2>/dev/null \
     || echo "torch not installed: the template training tests will be skipped" >&2
+fi
+if [ "${WITH_SLURM2511:-1}" = "1" ]; then
+  bash scripts/install-slurm2511.sh  # says so and skips when there is no tarball
 fi

@@ -2,13 +2,18 @@
 
 Each daemon declares its config as nested dataclasses (one per TOML table) with typed
 fields and defaults; `load_config` reads the file and builds them, refusing unknown keys,
-wrong types and values a field's `choices` metadata does not allow. Daemons exit with
-status 2 on ConfigError.
+wrong types and values a field's `choices` metadata does not allow. Every number of every
+daemon's config passes one check here: finite (TOML has nan and inf), not negative, at
+most MAX_NUMBER, and above zero where the field is declared `positive` (an interval, a
+timeout, a count that 0 would make meaningless). A file over MAX_FILE_BYTES or nested
+deeper than MAX_DEPTH is refused before it is parsed (the parser recurses). Daemons exit
+with status 2 on ConfigError.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -17,6 +22,10 @@ from typing import Any, TypeVar
 import toml
 
 T = TypeVar("T")
+
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32  # nested arrays and inline tables
+MAX_NUMBER = 1e12  # ~31,700 years in seconds; larger overflows timers and sleeps
 
 
 class ConfigError(ValueError):
@@ -35,6 +44,11 @@ def choices(*allowed: Any, default: Any) -> Any:
     return dataclasses.field(default=default, metadata={"choices": allowed})
 
 
+def positive(default: Any) -> Any:
+    """A numeric dataclass field that must be > 0 (0 would make it meaningless)."""
+    return dataclasses.field(default=default, metadata={"positive": True})
+
+
 def load_config(cls: type[T], path: str | Path | None) -> T:
     """Read `path` (or use defaults when None) into an instance of the dataclass `cls`."""
     data: dict[str, Any] = {}
@@ -43,12 +57,53 @@ def load_config(cls: type[T], path: str | Path | None) -> T:
         if not p.is_file():
             raise ConfigError(p, "", "file not found")
         try:
-            data = toml.loads(p.read_text())
+            with p.open("rb") as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
+            if len(raw) > MAX_FILE_BYTES:
+                raise ConfigError(p, "", f"larger than {MAX_FILE_BYTES} bytes")
+            text = raw.decode()
+            depth = nesting_depth(text)
+            if depth > MAX_DEPTH:
+                raise ConfigError(
+                    p, "", f"arrays or inline tables nested {depth} deep (at most {MAX_DEPTH})"
+                )
+            data = toml.loads(text)
         except (toml.TomlDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(p, "", f"not valid TOML: {exc}") from exc
         except OSError as exc:
             raise ConfigError(p, "", f"cannot read: {exc}") from exc
     return from_dict(cls, data, path)
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of `[` and `{` outside strings and comments (a bound, not a
+    parse: a table header counts as one level)."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif c in "\"'":
+            triple = text.startswith(c * 3, i)
+            quote = c * 3 if triple else c
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                if c == '"' and text[j] == "\\":
+                    j += 1  # skip the escaped character
+                elif not triple and text[j] == "\n":
+                    break
+                j += 1
+            i = j + len(quote)
+            continue
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
 
 
 def from_dict(cls: type[T], data: dict[str, Any], path: str | Path | None, prefix: str = "") -> T:
@@ -107,10 +162,12 @@ def _coerce(tp: Any, value: Any, path: Any, key: str, f: dataclasses.Field | Non
     elif tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(path, key, f"expected an integer, got {_kind(value)}")
+        _check_number(value, path, key, f)
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, key, f"expected a number, got {_kind(value)}")
         value = float(value)
+        _check_number(value, path, key, f)
     elif tp is str:
         if not isinstance(value, str):
             raise ConfigError(path, key, f"expected a string, got {_kind(value)}")
@@ -120,6 +177,18 @@ def _coerce(tp: Any, value: Any, path: Any, key: str, f: dataclasses.Field | Non
             path, key, f"must be one of {', '.join(map(repr, allowed))}, got {value!r}"
         )
     return value
+
+
+def _check_number(value: float, path: Any, key: str, f: dataclasses.Field | None) -> None:
+    """The one bound every configured number meets (see the module docstring)."""
+    if not math.isfinite(value):
+        raise ConfigError(path, key, f"must be a finite number, got {value!r}")
+    if value < 0:
+        raise ConfigError(path, key, f"must be >= 0, got {value!r}")
+    if value > MAX_NUMBER:
+        raise ConfigError(path, key, f"must be at most {MAX_NUMBER:g}, got {value!r}")
+    if value == 0 and f is not None and f.metadata.get("positive"):
+        raise ConfigError(path, key, "must be > 0, got 0")
 
 
 def _kind(value: Any) -> str:

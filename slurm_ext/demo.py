@@ -95,6 +95,34 @@ def _pids_of_job(job_id: int) -> list[int]:
     return pids
 
 
+def agent_config(root: Path, slurm_conf: Path, port: int, secret: Path):
+    """The demo agent's configuration. Its Slurm queries (job classes, thaw checks) go to
+    the demo cluster: no SLURM_CONF in the environment points there."""
+    from nodeagent.config import (  # noqa: PLC0415 - the demo imports the agent lazily
+        AgentConfig,
+        ExporterConfig,
+        GpuConfig,
+        JobsConfig,
+        ReportConfig,
+    )
+
+    return AgentConfig(
+        node_name="node1",
+        interval_s=2.0,
+        state_file=str(root / "agent-state.json"),
+        gpu=GpuConfig(backend="simulated", simulated_count=4),
+        exporter=ExporterConfig(listen="127.0.0.1", port=_free_port()),
+        report=ReportConfig(
+            enabled=True,
+            service_url=f"http://127.0.0.1:{port}",
+            secret_file=str(secret),
+            interval_s=6.0,
+            spool_dir=str(root / "spool"),
+        ),
+        jobs=JobsConfig(slurm_conf=str(slurm_conf), timeout_s=20.0),
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -104,7 +132,6 @@ def main() -> int:
     args = ap.parse_args()
 
     from nodeagent.agent import Agent
-    from nodeagent.config import AgentConfig, ExporterConfig, GpuConfig, ReportConfig
     from nodeagent.energy import RaplReader
     from nodeagent.exporter import serve as serve_agent_metrics
     from nodeagent.gpu import SimulatedGpuReader
@@ -141,20 +168,7 @@ def main() -> int:
             start_new_session=True,
         )
         _say("starting a node agent for node1 (simulated GPUs following Slurm's allocation)")
-        agent_cfg = AgentConfig(
-            node_name="node1",
-            interval_s=2.0,
-            state_file=str(root / "agent-state.json"),
-            gpu=GpuConfig(backend="simulated", simulated_count=4),
-            exporter=ExporterConfig(listen="127.0.0.1", port=_free_port()),
-            report=ReportConfig(
-                enabled=True,
-                service_url=f"http://127.0.0.1:{port}",
-                secret_file=str(secret),
-                interval_s=6.0,
-                spool_dir=str(root / "spool"),
-            ),
-        )
+        agent_cfg = agent_config(root, cluster.conf_path, port, secret)
         reader = SimulatedGpuReader(4)
         agent = Agent(agent_cfg, reader, RaplReader(agent_cfg.energy.rapl_root))
         agent.sender = ReportSender(

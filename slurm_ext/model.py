@@ -76,6 +76,8 @@ class Job:
     requeue: bool = False
     tres_per_node: str = ""
     cpus_per_tres: str = ""
+    # times Slurm requeued it (a requeue also moves its SubmitTime); None: not known
+    restart_count: int | None = None
 
     @property
     def pending(self) -> bool:
@@ -141,6 +143,10 @@ class JobView:
     # attained service when the starvation guard's promotion let this job start; while
     # that stint lasts its queue counts only service since then (None: not promoted)
     promoted_at_gpu_s: float | None = None
+    # its kind, for the conditioned Gittins index (policy/kinds.py); "" / None: unknown
+    job_name: str = ""
+    account: str = ""
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,8 @@ class Decision:
     index: float = 0.0  # Gittins index or other score; higher is better for Gittins
     promoted: bool = False  # the starvation guard lifted it
     reason: str = ""
+    group: str = ""  # the history group the Gittins index came from ("" if none)
+    group_samples: int = 0  # completed jobs in that group
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The priority service: snapshot Slurm, rank with the policy core, write back the diff.
 
 A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them into the
-store's attained-service records (restart-safe: a stint's start comes from Slurm's own
-StartTime), rank with `slurm_ext.policy.rank` (the same function the simulator calls),
-turn the order into priority values with `writeback.assign_values`, and write only the
-jobs whose value, placement or run state must change.
+store's attained-service records (`slurm_ext.records`; restart-safe: a stint's start
+comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
+the simulator calls), turn the order into priority values with `writeback.assign_values`,
+and write only the jobs whose value, placement or run state must change.
 """
 
 from __future__ import annotations
@@ -13,31 +13,23 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
 from slurm_ext.hints import parse_hints
-from slurm_ext.model import Decision, Job, JobState, JobView, Node
+from slurm_ext.model import Decision, Job, JobView, Node
 from slurm_ext.policy import PolicyConfig, place, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
+from slurm_ext.records import TERMINAL, fold_jobs, persisted_fields
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import sacct_completions
-from slurm_ext.store import DecisionRecord, JobRecord, Store
+from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
 log = logging.getLogger("slurm_ext.service")
 
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
-TERMINAL = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-)
 
 
 @dataclass
@@ -48,14 +40,14 @@ class SlurmSection:
 
     backend: str = choices("auto", "pyslurm", "cli", default="auto")
     slurm_conf: str | None = None
-    timeout_s: float = 30.0
+    timeout_s: float = positive(30.0)
 
 
 @dataclass
 class ServiceConfig:
     """`service.toml`. See etc/service.toml for every key with its meaning."""
 
-    interval_s: float = 30.0
+    interval_s: float = positive(30.0)
     store: str = "/var/lib/slurm-ext/service.db"
     mode: str = choices("site_factor", "priority", default="site_factor")
     partitions: list[str] = field(default_factory=list)  # empty: every partition
@@ -68,13 +60,13 @@ class ServiceConfig:
     listen: str = "127.0.0.1"
     port: int = 9788  # metrics and agent reports; 0 disables the listener
     report_secret_file: str | None = None
-    backoff_max_s: float = 300.0
+    backoff_max_s: float = positive(300.0)
     # Completed-job history for the Gittins distribution, beyond what the service saw:
     # "auto" imports sacct's when accounting answers (else uses the store alone, logged
     # once), "sacct" insists (errors logged every refresh), "store" never asks sacct.
     history_source: str = choices("auto", "sacct", "store", default="auto")
-    sacct_days: float = 30.0
-    sacct_refresh_s: float = 3600.0
+    sacct_days: float = positive(30.0)
+    sacct_refresh_s: float = positive(3600.0)
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
@@ -113,151 +105,28 @@ class PassResult:
 # ---- pure pieces ----------------------------------------------------------------------
 
 
-def fold_jobs(
-    records: dict[int, JobRecord],
-    jobs: Sequence[Job],
-    now: float,
-    promoted: Collection[int] = (),
-) -> tuple[dict[int, JobRecord], list[tuple[int, float, float, float]]]:
-    """Advance attained-service records with a fresh snapshot.
-
-    `promoted`: jobs the starvation guard had promoted while they waited; a stint one of
-    them starts counts its queue from the service it had then (as the simulator does).
-
-    Returns the updated records (done ones included, marked) and completions
-    (job_id, gpu_s, run_s, end_time) for the Gittins history. A stint's start is
-    Slurm's StartTime, so a service restart loses nothing of a running stint.
-    """
-    out: dict[int, JobRecord] = {}
-    completions: list[tuple[int, float, float, float]] = []
-    seen: set[int] = set()
-    for job in jobs:
-        seen.add(job.job_id)
-        prev = records.get(job.job_id)
-        if prev is not None and prev.done:
-            continue
-        if prev is None:
-            prev = JobRecord(
-                job_id=job.job_id,
-                user=job.user,
-                partition=job.partition,
-                name=job.name,
-                model_tag=parse_hints(job.comment).model,
-                gpus=job.gpus,
-                submit_time=job.submit_time,
-                closed_gpu_s=0.0,
-                closed_run_s=0.0,
-                last_run_s=0.0,
-                run_start=None,
-                waiting_since=job.submit_time or now,
-                last_seen=now,
-                state="PENDING",
-                done=False,
-            )
-        gpus = job.gpus or prev.gpus
-        closed_gpu, closed_run, last_run = prev.closed_gpu_s, prev.closed_run_s, prev.last_run_s
-        run_start, waiting = prev.run_start, prev.waiting_since
-        promoted_at = prev.promoted_at_gpu_s
-        state = job.state
-        terminal = state.value in TERMINAL
-
-        def close(end: float, gpus: int = gpus) -> None:
-            nonlocal closed_gpu, closed_run, last_run, run_start, promoted_at
-            closed_gpu, closed_run, last_run = _stint(closed_gpu, closed_run, run_start, end, gpus)
-            run_start = None
-            promoted_at = None
-
-        if state in (JobState.RUNNING, JobState.COMPLETING):
-            start = job.start_time or now
-            if run_start is None:
-                # fresh start (Slurm's StartTime is exact) or resume from suspend (now)
-                run_start = start if prev.state != "SUSPENDED" else now
-                waiting = None
-                if job.job_id in promoted and prev.state != "SUSPENDED":
-                    promoted_at = closed_gpu
-            elif start > run_start + 1 and prev.state != "SUSPENDED":
-                # requeued and restarted between two passes: close the old stint
-                close(min(prev.last_seen, start))
-                run_start, waiting = start, None
-        elif run_start is not None:
-            if terminal:
-                close(job.end_time or prev.last_seen)
-            elif state == JobState.SUSPENDED:
-                close(now)
-            else:  # back to pending: requeued or preempted
-                close(prev.last_seen)
-                waiting = now
-        if terminal and closed_gpu > 0:
-            completions.append((job.job_id, closed_gpu, closed_run, job.end_time or now))
-        out[job.job_id] = JobRecord(
-            job_id=prev.job_id,
-            user=prev.user,
-            partition=job.partition,
-            name=prev.name,
-            model_tag=prev.model_tag,
-            gpus=gpus,
-            submit_time=prev.submit_time,
-            closed_gpu_s=closed_gpu,
-            closed_run_s=closed_run,
-            last_run_s=last_run,
-            run_start=run_start,
-            waiting_since=waiting,
-            last_seen=now,
-            state=state.value,
-            done=terminal,
-            promoted_at_gpu_s=promoted_at,
-        )
-    for job_id, rec in records.items():
-        if job_id in seen or rec.done:
-            continue
-        # gone from Slurm (purged after MinJobAge, or finished while we were down)
-        if rec.run_start is not None:
-            rec = _close(rec, rec.last_seen)
-        if rec.closed_gpu_s > 0:
-            completions.append((job_id, rec.closed_gpu_s, rec.closed_run_s, rec.last_seen))
-        out[job_id] = replace(rec, done=True, state="GONE")
-    return out, completions
-
-
-def _persisted(rec: JobRecord | None) -> tuple | None:
-    """The fields a pass can change, but last_seen (bumped every pass, not persisted each time)."""
-    if rec is None:
-        return None
-    return (
-        rec.state,
-        rec.run_start,
-        rec.waiting_since,
-        rec.closed_gpu_s,
-        rec.gpus,
-        rec.partition,
-        rec.done,
-        rec.promoted_at_gpu_s,
-    )
-
-
 def _decision_key(d: DecisionRecord) -> tuple:
     return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement)
 
 
-def _stint(
-    closed_gpu: float, closed_run: float, start: float | None, end: float, gpus: int
-) -> tuple[float, float, float]:
-    """Close a run stint: (GPU-seconds, run seconds so far, the stint's length)."""
-    assert start is not None
-    run = max(0.0, end - start)
-    return closed_gpu + run * gpus, closed_run + run, run
-
-
-def _close(rec: JobRecord, end: float) -> JobRecord:
-    gpu_s, run_s, last = _stint(rec.closed_gpu_s, rec.closed_run_s, rec.run_start, end, rec.gpus)
-    return replace(
-        rec,
-        closed_gpu_s=gpu_s,
-        closed_run_s=run_s,
-        last_run_s=last,
-        run_start=None,
-        promoted_at_gpu_s=None,
-    )
+def with_kinds(
+    completions: Sequence[tuple[int, float, float, float]],
+    jobs: Sequence[Job],
+    records: dict[int, JobRecord],
+) -> list[tuple]:
+    """Completions with each job's kind (user, name, account, time limit) from the
+    snapshot, or from its record when it is gone from Slurm (no account or limit then)."""
+    by_id = {j.job_id: j for j in jobs}
+    out: list[tuple] = []
+    for c in completions:
+        job = by_id.get(c[0])
+        if job is not None:
+            out.append((*c, job.user, job.name, job.account, job.time_limit_s))
+        elif (rec := records.get(c[0])) is not None:
+            out.append((*c, rec.user, rec.name, "", None))
+        else:
+            out.append(tuple(c))
+    return out
 
 
 def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
@@ -275,6 +144,9 @@ def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
         partition=job.partition,
         model_tag=rec.model_tag,
         promoted_at_gpu_s=rec.promoted_at_gpu_s if job.running else None,
+        job_name=job.name,
+        account=job.account,
+        time_limit_s=job.time_limit_s,
     )
 
 
@@ -337,6 +209,8 @@ class Service:
         self._promoted: set[int] = set()  # waiting jobs the last pass promoted
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
+        self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
+        self._wal_warned_at = -1e9
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -363,18 +237,34 @@ class Service:
         nodes = self.client.nodes()
         old_records, stored = self._load()
         records, completions = fold_jobs(old_records, jobs, now, self._promoted)
+        # a reused job id: what was written for the old job says nothing about the new one
+        stored_all = stored
+        stored = {
+            j: d
+            for j, d in stored.items()
+            if j not in old_records
+            or j not in records
+            or records[j].submit_time == old_records[j].submit_time
+        }
         self.store.save_jobs(
-            [r for j, r in records.items() if _persisted(r) != _persisted(old_records.get(j))],
-            completions,
+            [
+                r
+                for j, r in records.items()
+                if persisted_fields(r) != persisted_fields(old_records.get(j))
+            ],
+            with_kinds(completions, jobs, records),
         )
         self._records = {j: r for j, r in records.items() if not r.done}
-        history = self.store.history(self.config.policy.history_window)
+        history = self.store.history_kinds(self.config.policy.history_window)
         active = [j for j in jobs if j.state.active and self.managed(j)]
         views = [job_view(j, records[j.job_id], now) for j in active]
-        decisions = rank(views, now, self.config.policy, history or None)
+        # gittins_index "auto": the whole-job index unless this service preempts
+        policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
+        decisions = rank(views, now, policy, history or None)
         res.decisions, res.ranked = decisions, len(decisions)
         self._promoted = {d.job_id for d in decisions if d.promoted}
         by_id = {j.job_id: j for j in active}
+        self._rewritten &= by_id.keys()  # forget jobs that left the queue
         pins = self.store.pins()
         targets = [
             by_id[d.job_id]
@@ -430,13 +320,14 @@ class Service:
             fresh[d.job_id] = old if same else rec
         self.store.save_decisions(
             [r for j, r in fresh.items() if r is not stored.get(j)],
-            drop=[j for j in stored if j not in fresh],
+            drop=[j for j in stored_all if j not in fresh],
         )
         self._decisions = fresh
         res.duration_s = time.monotonic() - t0
         self.store.record_pass(
             now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
+        self._checkpoint()
         if self.metrics is not None:
             self.metrics.observe_pass(res, decisions)
         log.info(
@@ -449,6 +340,19 @@ class Service:
             res.duration_s,
         )
         return res
+
+    def _checkpoint(self) -> None:
+        """Truncate the store's WAL; say (hourly) when a reader's open snapshot stops it."""
+        if self.store.checkpoint() or self.store.wal_bytes() <= WAL_LIMIT_BYTES:
+            return
+        if time.monotonic() - self._wal_warned_at > 3600:
+            self._wal_warned_at = time.monotonic()
+            log.warning(
+                "store WAL is %.1f MB: a reader holds an old snapshot of %s open; it is "
+                "truncated after the first pass once that reader lets go",
+                self.store.wal_bytes() / 1e6,
+                self.store.path,
+            )
 
     def _import_history(self, now: float) -> None:
         """Refresh completions from sacct when due; never fails the pass."""
@@ -485,10 +389,26 @@ class Service:
         self, targets: Sequence[Job], stored: dict[int, DecisionRecord]
     ) -> dict[int, int | None]:
         """What each job holds now. Priority mode reads Slurm's own value (an admin may have
-        changed it); site-factor mode trusts what we last wrote (22.05's JSON lacks it)."""
+        changed it). Site-factor mode trusts what we last wrote (22.05's JSON lacks the
+        site factor) unless Slurm's priority shows it cannot hold it: multifactor adds
+        the site factor to non-negative weighted factors less a positive nice, so a
+        priority + nice below it means Slurm lost the write (a reset, a restore). Such a
+        job is written again once per service run; a priority an admin fixed below the
+        value would otherwise be rewritten every pass."""
         if self.config.mode == "priority":
             return {j.job_id: j.priority for j in targets}
-        return {j.job_id: (stored[j.job_id].value if j.job_id in stored else None) for j in targets}
+        out: dict[int, int | None] = {}
+        for j in targets:
+            value = stored[j.job_id].value if j.job_id in stored else None
+            # priority 0: not known (a held job's, or a backend that does not read it)
+            lost = value is not None and 0 < j.priority + max(j.nice, 0) < value
+            if lost and j.job_id not in self._rewritten:
+                self._rewritten.add(j.job_id)
+                log.info("job %d: Slurm does not hold site factor %d; writing it again",
+                         j.job_id, value)  # fmt: skip
+                value = None
+            out[j.job_id] = value
+        return out
 
     def _write_values(self, res: PassResult, planned: dict[int, int]) -> dict[int, int]:
         """Write the planned values in one batch call; the ones that took."""

@@ -1,16 +1,25 @@
 """`slurm-ext serve | queue | explain | nodes | pin | unpin`: run and inspect the service.
 
 The inspection commands read the store read-only and Slurm through the same client, so
-non-admin users can run them; only `serve`, `pin` and `unpin` write.
+non-admin users can run them; only `serve`, `pin` and `unpin` write. They read the store
+in one short snapshot before asking Slurm, so a slow Slurm never holds the store open.
+
+Exit statuses of `serve`: 0 stopped, 1 a failed `--once` pass or an unreadable store,
+2 a configuration error, 3 another service holds this store (or the port): restarting
+cannot fix 2 or 3, and etc/slurm-ext.service tells systemd not to.
 """
 
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import logging
+import sqlite3
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -20,8 +29,11 @@ from slurm_ext.policy import fragmentation
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.store import Store, StoreError
+from slurm_ext.store_lock import StoreLocked, lock_store
 
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
+EXIT_CONFIG = 2
+EXIT_ALREADY_RUNNING = 3
 log = logging.getLogger("slurm_ext.service")
 
 config_option = click.option(
@@ -53,6 +65,24 @@ def _client(cfg: ServiceConfig):
         sys.exit(1)
 
 
+@contextmanager
+def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
+    """The store for an admin's write (pin, unpin); a user who may not write it is told so."""
+    try:
+        store = Store(cfg.store)
+        try:
+            yield store
+        finally:
+            store.close()
+    except (StoreError, sqlite3.Error) as exc:
+        click.echo(
+            f"slurm-ext: cannot write the store {cfg.store} ({exc}); pin and unpin need "
+            "write access to it: run them as the service's user or root",
+            err=True,
+        )
+        sys.exit(1)
+
+
 def _store(cfg: ServiceConfig, readonly: bool) -> Store:
     try:
         return Store(cfg.store, readonly=readonly)
@@ -69,6 +99,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
     from nodeagent.report import SecretFileError, read_secret
     from slurm_ext.metrics import ServiceMetrics, serve_http
+    from slurm_ext.report_listener import SlurmJobNodes
 
     cfg = load_service_config(config_path)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
@@ -78,6 +109,14 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             force=True,
         )
+    try:
+        lock = lock_store(cfg.store)
+    except StoreLocked as exc:
+        click.echo(f"slurm-ext: {exc}", err=True)
+        sys.exit(EXIT_ALREADY_RUNNING)
+    except StoreError as exc:
+        click.echo(f"slurm-ext: {exc}", err=True)
+        sys.exit(1)
     store = _store(cfg, readonly=False)
     metrics = ServiceMetrics()
     secret = None
@@ -91,9 +130,25 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             sys.exit(2)
     server = None
     if cfg.port and not once:
-        server = serve_http(
-            cfg.listen, cfg.port, metrics, secret, lambda r: _save_reports(cfg.store, r)
-        )
+        try:
+            server = serve_http(
+                cfg.listen,
+                cfg.port,
+                metrics,
+                secret,
+                lambda r: _save_reports(cfg.store, r),
+                # its own client: the HTTP workers must not share the pass's (pyslurm)
+                job_nodes=SlurmJobNodes(_client(cfg)),
+            )
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            click.echo(
+                f"slurm-ext: cannot listen on {cfg.listen}:{cfg.port}: another process holds "
+                "the port (another service with another store?); set port in the config",
+                err=True,
+            )
+            sys.exit(EXIT_ALREADY_RUNNING)
         log.info("metrics and reports on http://%s:%d", cfg.listen, server.server_address[1])
     service = Service(cfg, _client(cfg), store, dry_run=dry_run, metrics=metrics)
     log.info(
@@ -110,6 +165,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
         if server is not None:
             server.shutdown()
         store.close()
+        lock.close()
     sys.exit(rc)
 
 
@@ -136,12 +192,15 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
     cfg = load_service_config(config_path)
     store = _store(cfg, readonly=True)
+    with store.snapshot():
+        decisions, records, last = store.decisions(), store.jobs(), store.last_pass()
+    store.close()
     try:
         jobs = _client(cfg).jobs()
     except SlurmError as exc:
         click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
-    decisions, records, now = store.decisions(), store.jobs(), time.time()
+    now = time.time()
     rows = []
     for j in jobs:
         managed = not cfg.partitions or j.partition in cfg.partitions
@@ -169,7 +228,7 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
         key=lambda x: (x["rank"] is None, x["rank"] if x["rank"] is not None else x["job_id"])
     )
     if as_json:
-        click.echo(json.dumps({"jobs": rows, "last_pass": store.last_pass()}, indent=1))
+        click.echo(json.dumps({"jobs": rows, "last_pass": last}, indent=1))
         return
     click.echo(
         f"{'RANK':>4} {'JOBID':>8} {'USER':<10} {'ST':<4} {'GPUS':>4} {'Q':>2} {'GITTINS':>9} {'ATTAINED':>9} {'SET':>9} {'SLURM_PRIO':>10} REASON"
@@ -181,7 +240,6 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
             f"{_fmt_gpu_s(x['attained_gpu_s']):>9} {'' if x['value_set'] is None else x['value_set']:>9} {x['slurm_priority']:>10} "
             f"{x['reason']}{' (promoted)' if x['promoted'] else ''}"
         )
-    last = store.last_pass()
     if last:
         click.echo(
             f"last pass {time.time() - last['started_at']:.0f}s ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
@@ -196,8 +254,9 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
     cfg = load_service_config(config_path)
     store = _store(cfg, readonly=True)
-    d = store.decisions().get(job_id)
-    rec = store.job(job_id)
+    with store.snapshot():
+        d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
+    store.close()
     try:
         job = next((j for j in _client(cfg).jobs() if j.job_id == job_id), None)
     except SlurmError as exc:
@@ -213,7 +272,7 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
         "slurm_reason": job.reason if job else "",
         "slurm_priority": job.priority if job else None,
         "managed": bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
-        "pinned": job_id in store.pins(),
+        "pinned": pinned,
         "held": bool(job and job.held),
         "rank": d.rank if d else None,
         "queue": d.queue if d else None,
@@ -301,8 +360,8 @@ def nodes(config_path: str | None, as_json: bool) -> None:
 def pin(config_path: str | None, job_id: int) -> None:
     """Never let the service change this job again (until unpinned)."""
     cfg = load_service_config(config_path)
-    store = _store(cfg, readonly=False)
-    store.pin(job_id, getpass.getuser())
+    with _writable_store(cfg) as store:
+        store.pin(job_id, getpass.getuser())
     click.echo(f"job {job_id} pinned: the service will not change it")
 
 
@@ -312,5 +371,6 @@ def pin(config_path: str | None, job_id: int) -> None:
 def unpin(config_path: str | None, job_id: int) -> None:
     """Let the service manage this job again."""
     cfg = load_service_config(config_path)
-    store = _store(cfg, readonly=False)
-    click.echo(f"job {job_id} unpinned" if store.unpin(job_id) else f"job {job_id} was not pinned")
+    with _writable_store(cfg) as store:
+        removed = store.unpin(job_id)
+    click.echo(f"job {job_id} unpinned" if removed else f"job {job_id} was not pinned")

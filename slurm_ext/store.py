@@ -3,6 +3,10 @@
 One SQLite file in WAL mode so the CLI can read while the service writes. The schema
 is versioned (`PRAGMA user_version`) and migrated forward in order at open; a file from
 a newer release is refused rather than guessed at.
+
+Bounds: one service per store (slurm_ext.store_lock); the WAL is
+folded back and truncated after every pass (`checkpoint`), so a reader that holds a read
+transaction grows it only while it holds it; readers (the CLI) read in short snapshots.
 """
 
 from __future__ import annotations
@@ -10,11 +14,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.report import JobReport
+from slurm_ext.attained import Stint
+from slurm_ext.policy.kinds import Completed
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
 MIGRATIONS: list[str] = [
@@ -84,8 +91,27 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN promoted_at_gpu_s REAL;
     """,
+    # 3: a completed job's kind, which the conditioned Gittins index groups by
+    """
+    ALTER TABLE completions ADD COLUMN user TEXT NOT NULL DEFAULT '';
+    ALTER TABLE completions ADD COLUMN name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE completions ADD COLUMN account TEXT NOT NULL DEFAULT '';
+    ALTER TABLE completions ADD COLUMN time_limit_s REAL;
+    """,
+    # 4: a running stint is charged per GPU-count segment (slurm_ext.attained)
+    """
+    ALTER TABLE jobs ADD COLUMN open_gpu_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN seg_start REAL;
+    """,
 ]
+# a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
+# (user, name, account, time_limit_s)
+COMPLETION_KIND_DEFAULTS = ("", "", "", None)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+BUSY_TIMEOUT_S = 30
+WAL_LIMIT_BYTES = 4 << 20  # journal_size_limit: what a checkpoint leaves of the WAL file
 
 
 class StoreError(RuntimeError):
@@ -111,11 +137,21 @@ class JobRecord:
     done: bool
     # attained service when a starvation promotion started the current stint (else None)
     promoted_at_gpu_s: float | None = None
+    # the open stint's GPU-seconds before seg_start, when its GPU count last changed
+    open_gpu_s: float = 0.0
+    seg_start: float | None = None  # None: the count has not changed since run_start
+
+    @property
+    def stint(self) -> Stint | None:
+        if self.run_start is None:
+            return None
+        seg = self.run_start if self.seg_start is None else self.seg_start
+        return Stint(self.run_start, self.gpus, seg, self.open_gpu_s)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
-        current = max(0.0, now - self.run_start) * self.gpus if self.run_start else 0.0
-        return self.closed_gpu_s + current
+        stint = self.stint
+        return self.closed_gpu_s + (stint.gpu_s(now) if stint else 0.0)
 
     def executed_s(self, now: float) -> float:
         current = max(0.0, now - self.run_start) if self.run_start else 0.0
@@ -148,13 +184,14 @@ class Store:
                 self.db = _open_readonly(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.db = sqlite3.connect(self.path, timeout=30)
+                self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.Error as exc:
+                self.db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            self.db.row_factory = sqlite3.Row
+            self._migrate(readonly)
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{self.path}: cannot open store: {exc}") from exc
-        self.db.row_factory = sqlite3.Row
-        self._migrate(readonly)
 
     def _migrate(self, readonly: bool) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -177,6 +214,34 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Store]:
+        """One consistent read of several tables. Keep the block short: while a read
+        transaction is open the writer cannot truncate its WAL."""
+        self.db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self.db.execute("COMMIT")
+
+    def checkpoint(self) -> bool:
+        """Fold the WAL into the database and truncate it, without waiting for readers.
+
+        False when a reader's open snapshot kept part of it (then it is retried after
+        the next pass; the WAL can only grow while a reader holds a transaction)."""
+        self.db.execute("PRAGMA busy_timeout=0")  # never stall a pass behind a reader
+        try:
+            busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.OperationalError:
+            busy = 1
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        return busy == 0
+
+    def wal_bytes(self) -> int:
+        wal = Path(f"{self.path}-wal")
+        return wal.stat().st_size if wal.exists() else 0
 
     @property
     def schema_version(self) -> int:
@@ -201,19 +266,22 @@ class Store:
             self.db.executemany(
                 """INSERT INTO jobs VALUES (:job_id, :user, :partition, :name, :model_tag, :gpus,
                        :submit_time, :closed_gpu_s, :closed_run_s, :last_run_s, :run_start,
-                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s)
+                       :waiting_since, :last_seen, :state, :done, :promoted_at_gpu_s,
+                       :open_gpu_s, :seg_start)
                    ON CONFLICT(job_id) DO UPDATE SET user=excluded.user, partition=excluded.partition,
                        name=excluded.name, model_tag=excluded.model_tag, gpus=excluded.gpus,
                        submit_time=excluded.submit_time, closed_gpu_s=excluded.closed_gpu_s,
                        closed_run_s=excluded.closed_run_s, last_run_s=excluded.last_run_s,
                        run_start=excluded.run_start, waiting_since=excluded.waiting_since,
                        last_seen=excluded.last_seen, state=excluded.state, done=excluded.done,
-                       promoted_at_gpu_s=excluded.promoted_at_gpu_s""",
+                       promoted_at_gpu_s=excluded.promoted_at_gpu_s,
+                       open_gpu_s=excluded.open_gpu_s, seg_start=excluded.seg_start""",
                 [r.__dict__ | {"done": int(r.done)} for r in records],
             )
             self.db.executemany(
-                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time) VALUES (?, ?, ?, ?)",
-                completions,
+                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
+                " account, time_limit_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [_with_kind(c) for c in completions],
             )
 
     def history_gpu_s(self, window: int) -> list[float]:
@@ -232,11 +300,27 @@ class Store:
         ).fetchall()
         return [(round(g / r) if r > 0 else None, g) for g, r in rows]
 
-    def add_completions(self, rows: Iterable[tuple[int, float, float, float]], source: str) -> int:
+    def history_kinds(self, window: int) -> list[Completed]:
+        """`history` with each job's kind (user, name, account, time limit), oldest first
+        as the policy's window expects, for the conditioned Gittins tables."""
+        rows = self.db.execute(
+            "SELECT gpu_s, run_s, user, name, account, time_limit_s FROM completions"
+            " ORDER BY end_time DESC LIMIT ?",
+            (int(window),),
+        ).fetchall()
+        return [
+            Completed(round(g / r) if r > 0 else None, g, u, n, a, t)
+            for g, r, u, n, a, t in reversed(rows)
+        ]
+
+    def add_completions(self, rows: Iterable[tuple], source: str) -> int:
+        """Completion rows (see COMPLETION_KIND_DEFAULTS) from `source` ("sacct"); rows of
+        jobs already recorded are ignored."""
         with self.db:
             cur = self.db.executemany(
-                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?)",
-                [(*r, source) for r in rows],
+                "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
+                " account, time_limit_s, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*_with_kind(r), source) for r in rows],
             )
         return cur.rowcount
 
@@ -332,6 +416,13 @@ class Store:
     def last_pass(self) -> dict | None:
         r = self.db.execute("SELECT * FROM passes ORDER BY id DESC LIMIT 1").fetchone()
         return dict(r) if r else None
+
+
+def _with_kind(row: Sequence) -> tuple:
+    """A completion row padded to its eight columns (the kind unknown where absent)."""
+    if len(row) not in (4, 8):
+        raise ValueError(f"completion row needs 4 or 8 fields, got {len(row)}")
+    return tuple(row) if len(row) == 8 else (*row, *COMPLETION_KIND_DEFAULTS)
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:

@@ -5,11 +5,13 @@ starting with `## `:
 
     ## slurm-ext template: NAME
     ## One-line description.
-    ## var NAME = DEFAULT | one-line description
+    ## var NAME: TYPE = DEFAULT | one-line description
 
 Every `{{name}}` in the script must be declared by a `## var` line (or be the built-in
-`templates_dir`, the directory the templates live in). Rendering fills every placeholder,
-drops the header and checks the result; `check_script` validates any job script: the
+`templates_dir`, the directory the templates live in). TYPE (slurm_ext.template_types:
+int, duration, memory, name, path, word, words, ...; `safe` if left out) says what a value
+may be and how it is written so that the shell reads it as data. Rendering checks and
+fills every placeholder, drops the header and checks the result; `check_script` validates any job script: the
 `#SBATCH` essentials, the suite's hints in `--comment` (slurm_ext.hints), unfilled
 placeholders, with line numbers.
 """
@@ -26,10 +28,11 @@ from pathlib import Path
 import click
 
 from slurm_ext.hints import parse_hints
+from slurm_ext.template_types import DEFAULT_TYPE, TYPES, write_value
 
 PLACEHOLDER_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-VAR_RE = re.compile(r"^## var\s+(\S+)\s*=\s*(.*?)\s*\|\s*(.*?)\s*$")
+VAR_RE = re.compile(r"^## var\s+([^\s:=]+)\s*(?::\s*(\w+)\s*)?=\s*(.*?)\s*\|\s*(.*?)\s*$")
 TITLE_PREFIX = "## slurm-ext template:"
 BUILTINS = ("templates_dir",)
 TEMPLATE_SUFFIX = ".sbatch"
@@ -51,6 +54,7 @@ class Variable:
     default: str
     description: str
     line: int
+    type: str = DEFAULT_TYPE
 
 
 @dataclass(frozen=True)
@@ -131,16 +135,22 @@ def load_template(name_or_path: str) -> Template:
             m = VAR_RE.match(line)
             if m is None:
                 raise TemplateError(
-                    f"{path}:{lineno}: expected '## var NAME = DEFAULT | description', got {line!r}"
+                    f"{path}:{lineno}: expected '## var NAME = DEFAULT | description' "
+                    f"(or NAME: TYPE = ...), got {line!r}"
                 )
-            var, default, desc = m.groups()
+            var, vtype, default, desc = m.groups()
+            vtype = vtype or DEFAULT_TYPE
+            if vtype not in TYPES:
+                raise TemplateError(
+                    f"{path}:{lineno}: unknown type {vtype!r} (known: {', '.join(TYPES)})"
+                )
             if not NAME_RE.fullmatch(var) or var in BUILTINS:
                 raise TemplateError(f"{path}:{lineno}: bad variable name {var!r}")
             if var in variables:
                 raise TemplateError(f"{path}:{lineno}: variable {var!r} declared twice")
             if not desc:
                 raise TemplateError(f"{path}:{lineno}: variable {var!r} has no description")
-            variables[var] = Variable(var, default, desc, lineno)
+            variables[var] = Variable(var, default, desc, lineno, vtype)
         elif not description:
             description = line.lstrip("#").strip()
     used: set[str] = set()
@@ -153,7 +163,21 @@ def load_template(name_or_path: str) -> Template:
     unused = [v.name for v in variables.values() if v.name not in used]
     if unused:
         raise TemplateError(f"{path}: declared but never used: {', '.join(unused)}")
+    builtins = _builtins(path)
+    for var in variables.values():
+        try:
+            write_value(var.type, _fill(var.default, builtins))
+        except ValueError as exc:
+            raise TemplateError(f"{path}:{var.line}: default of {var.name}: {exc}") from None
     return Template(name, path, description, variables, lines)
+
+
+def _builtins(path: Path) -> dict[str, str]:
+    return {"templates_dir": str(path.resolve().parent)}
+
+
+def _fill(text: str, table: dict[str, str]) -> str:
+    return PLACEHOLDER_RE.sub(lambda m: table[m.group(1)], text)
 
 
 # ---- rendering ------------------------------------------------------------------------
@@ -173,16 +197,16 @@ def render(template: Template, values: dict[str, str] | None = None) -> str:
             raise TemplateError(
                 f"{template.name}: value for {key!r} contains a {{{{...}}}} placeholder"
             )
-    builtins = {"templates_dir": str(template.path.resolve().parent)}
-
-    def fill(text: str, table: dict[str, str]) -> str:
-        return PLACEHOLDER_RE.sub(lambda m: table[m.group(1)], text)
-
-    table = dict(builtins)
+    builtins = _builtins(template.path)
+    table = {k: shlex.quote(v) for k, v in builtins.items()}  # if a template uses it bare
     for var in template.variables.values():
-        table[var.name] = values[var.name] if var.name in values else fill(var.default, builtins)
+        value = values[var.name] if var.name in values else _fill(var.default, builtins)
+        try:
+            table[var.name] = write_value(var.type, value)
+        except ValueError as exc:
+            raise TemplateError(f"{template.name}: {var.name}: {exc}") from None
     body = [template.lines[0], f"# rendered from slurm-ext template {template.name}"]
-    body += [fill(line, table) for line in template.lines[1:] if not line.startswith("##")]
+    body += [_fill(line, table) for line in template.lines[1:] if not line.startswith("##")]
     text = "\n".join(body) + "\n"
     errors = [p for p in check_script(text) if p.severity == "error"]
     if errors:
@@ -359,7 +383,7 @@ def list_cmd() -> None:
             t = load_template(name)
             click.echo(f"{name}: {t.description}")
             for var in t.variables.values():
-                click.echo(f"    {var.name:<16} {var.default:<32} {var.description}")
+                click.echo(f"    {var.name:<16} {var.type:<8} {var.default:<32} {var.description}")
     except TemplateError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -6,27 +6,90 @@ these tests is the real slurmctld.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from slurm_ext.testing.cluster import LocalCluster
+from slurm_ext.slurm import CliSlurmClient, SlurmClient
+from slurm_ext.testing.cluster import LocalCluster, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
+# The Slurm releases the live tests run on: Debian 12's, and 25.11 built from the vendored
+# source by scripts/install-slurm2511.sh (its tests skip, saying why, when it is not built).
+SLURM_VERSIONS = ["22.05", "25.11"]
+
+
+def cluster_options(version: str) -> dict:
+    """LocalCluster keyword arguments for a Slurm release; skips when it is not installed."""
+    if version == "22.05":
+        return {}
+    prefix, why = slurm2511_prefix()
+    if prefix is None:
+        pytest.skip(why)
+    return {"prefix": prefix}
+
+
+def gres(version: str, text: str) -> str:
+    """A TRES string as `version` spells it: 22.05 `gres:gpu:2`, 23.02+ `gres/gpu:2`."""
+    return text if version == "22.05" else text.replace("gres:", "gres/")
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[LocalCluster]:
-    """One 4-node x 4-GPU cluster for the session; tests cancel their own jobs."""
+    """One 4-node x 4-GPU cluster for the session (Debian's Slurm); tests cancel their jobs."""
     cluster = LocalCluster(nodes=4, gpus_per_node=4, cpus_per_node=16)
     cluster.start()
     try:
         yield cluster
     finally:
         cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def slurm2511_cluster() -> Iterator[LocalCluster]:
+    """The same cluster on Slurm 25.11 built from source; skips when it is not built."""
+    cluster = LocalCluster(nodes=4, gpus_per_node=4, cpus_per_node=16, **cluster_options("25.11"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+# (Slurm release, backend) pairs the live contract and service tests run on: the CLI
+# backend on both releases, pyslurm on 25.11 (pyslurm 25.11 is built against it).
+LIVE_BACKENDS = ["22.05-cli", "25.11-cli", "25.11-pyslurm"]
+
+
+def session_cluster(request: pytest.FixtureRequest, version: str) -> LocalCluster:
+    return request.getfixturevalue("slurm_cluster" if version == "22.05" else "slurm2511_cluster")
+
+
+def live_client(cluster: LocalCluster, backend: str) -> SlurmClient:
+    """A client of `backend` for `cluster`; skips pyslurm when it is not installed."""
+    if backend == "cli":
+        return CliSlurmClient(
+            slurm_conf=str(cluster.conf_path), timeout=20, bin_dir=cluster.bin_dir
+        )
+    if importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (scripts/install-slurm2511.sh builds it)")
+    from slurm_ext.slurm.pyslurm_backend import PySlurmClient
+
+    return PySlurmClient(slurm_conf=str(cluster.conf_path), bin_dir=cluster.bin_dir)
+
+
+@pytest.fixture(params=LIVE_BACKENDS)
+def live(request: pytest.FixtureRequest) -> Iterator[tuple[LocalCluster, SlurmClient]]:
+    """(a session cluster with an empty queue, a client) for each release and backend."""
+    version, backend = request.param.split("-")
+    cluster = session_cluster(request, version)
+    _cancel_all(cluster)
+    yield cluster, live_client(cluster, backend)
+    _cancel_all(cluster)
 
 
 @pytest.fixture

@@ -190,16 +190,12 @@ def test_one_squeue_per_refresh_and_answers_cached_per_job(tmp_path, cluster, jo
         clock.t += 5
         agent.step()
         assert client.calls == 2
-        got = {j: (agent.accounts[j].klass, agent.accounts[j].partition) for j in (a, b, c)}
-        assert got == {
-            a: ("opportunistic", "opp"),
-            b: ("guaranteed", "gpu"),
-            c: ("guaranteed", ""),  # Slurm runs it on node2, not here: default class
-        }
-        assert (agent.accounts[987654].klass, agent.accounts[987654].partition) == (
-            "guaranteed",
-            "",
-        )  # unknown to Slurm: default class, and remembered as unknown
+        got = {j: (agent.accounts[j].klass, agent.accounts[j].partition) for j in (a, b)}
+        assert got == {a: ("opportunistic", "opp"), b: ("guaranteed", "gpu")}
+        # mapped only by SLURM_JOB_ID and not vouched for by Slurm: ignored (c runs on
+        # node2, not here; 987654 is unknown), and remembered as such for cache_s
+        assert c not in agent.accounts and 987654 not in agent.accounts
+        assert agent.error_counts["unvouched"] == 2
         for _ in range(3):
             clock.t += 5
             agent.step()
@@ -237,9 +233,14 @@ def test_slurm_outage_falls_back_to_default_class_not_environ(tmp_path, cluster,
             agent.step()
         assert client.calls == 3
         assert agent.error_counts["slurm"] == 3
-        acc = agent.accounts[job]
-        assert (acc.klass, acc.partition) == ("opportunistic", "")
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        # no job cgroups here: the process names its job only by SLURM_JOB_ID, and with
+        # Slurm silent nobody vouches for it: not counted at all, never classed by environ
+        assert job not in agent.accounts
+        warnings = [
+            r
+            for r in caplog.records
+            if r.levelno == logging.WARNING and r.name == "nodeagent.jobinfo"
+        ]
         assert len(warnings) == 1 and "cannot ask Slurm" in warnings[0].getMessage()
         clock.t += 5
         agent.step()  # within the retry delay: no new call

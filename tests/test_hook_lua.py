@@ -69,15 +69,35 @@ JOBS = [
     JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:x:y:1"),
     JobRequest(comment="model=resnet50", tres_per_node="gres:mps:100,gres:gpu:2"),
     JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", cpus_per_tres="gres:gpu:6"),
+    # the spellings of 23.02+ (25.11 hands the hook these) and --gpus-per-task
+    JobRequest(comment="model=resnet50", tres_per_node="gres/gpu:2"),
+    JobRequest(comment="model=resnet50", tres_per_node="gres/gpu:v100:2"),
+    JobRequest(comment="model=resnet50", tres_per_job="gres/gpu:3", max_cpus_per_node=16),
+    JobRequest(comment="model=resnet50", tres_per_task="gres/gpu=1", num_tasks=2),
+    JobRequest(comment="model=resnet50", tres_per_task="gres/gpu:v100=1", num_tasks=4294967294),
+    JobRequest(comment="model=overfeat", tres_per_task="gres:gpu:1", num_tasks=3, max_cpus_per_node=16),
+    JobRequest(comment="model=overfeat", tres_per_node="gres/gpu:4", max_cpus_per_node=16),
+    JobRequest(comment="model=overfeat", tres_per_job="gres/gpu:8", max_cpus_per_node=16),
+    JobRequest(comment="model=bert elastic=1-8", tres_per_node="gres/gpu:1", max_cpus_per_node=16),
+    JobRequest(comment="model=bert elastic=6-8", tres_per_node="gres/gpu:1"),
+    JobRequest(comment="model=resnet50", tres_per_node="gres/gpu"),
+    JobRequest(comment="model=resnet50", tres_per_node="gres/gpu:x=y"),
+    JobRequest(comment="model=resnet50", tres_per_node="gres/gpus:2"),
+    JobRequest(comment="model=resnet50", tres_per_node="gres/gpu:5000"),
+]  # fmt: skip
+CONFS = [
+    HookConfig(),
+    HookConfig(respect_explicit_cpus=False, max_cpus_per_gpu=5),
+    HookConfig(gpus_per_node=4),
 ]
-CONFS = [HookConfig(), HookConfig(respect_explicit_cpus=False, max_cpus_per_gpu=5)]
 
 
 def _case(table: str, job: JobRequest, conf: HookConfig) -> tuple:
     return (
         "plan", table, job.comment, job.name, job.user_name, job.tres_per_node, job.tres_per_job,
         job.cpus_per_tres, job.cpus_per_task, job.max_cpus_per_node,
-        "1" if conf.respect_explicit_cpus else "0", conf.max_cpus_per_gpu,
+        "1" if conf.respect_explicit_cpus else "0", conf.max_cpus_per_gpu, conf.gpus_per_node,
+        job.tres_per_task, job.num_tasks,
     )  # fmt: skip
 
 
@@ -156,6 +176,42 @@ def test_expected_rewrites() -> None:
         assert changes(**job) == {}, job
     explicit = dict(comment="model=resnet50", tres_per_node=gpu1, cpus_per_tres="gres:gpu:3")
     assert changes(CONFS[1], **explicit) == {"cpus_per_tres": "gres:gpu:5"}
+    # 23.02+ spellings are read and written back in the same spelling
+    assert changes(comment="model=resnet50", tres_per_node="gres/gpu:2") == {
+        "cpus_per_tres": "gres/gpu:6"
+    }
+    assert changes(comment="model=resnet50", tres_per_task="gres/gpu=1", num_tasks=2) == {
+        "cpus_per_tres": "gres/gpu:6"
+    }
+    assert changes(comment="model=resnet50", tres_per_task="gres/gpu:v100=1") == {
+        "cpus_per_tres": "gres/gpu:7"
+    }
+    # caps by what one node has: 3 tasks x 1 GPU on 16 CPUs -> 5 each; 8 GPUs on 4-GPU nodes
+    rw = plan_rewrite(
+        JobRequest(comment="model=overfeat", tres_per_task="gres:gpu:1", num_tasks=3, max_cpus_per_node=16),
+        good,
+        CONFS[0],
+    )  # fmt: skip
+    assert rw.changes == {"cpus_per_tres": "gres:gpu:5"}
+    wide = JobRequest(comment="model=overfeat", tres_per_job="gres/gpu:8", max_cpus_per_node=16)
+    assert plan_rewrite(wide, good, CONFS[0]).changes == {"cpus_per_tres": "gres/gpu:2"}
+    assert plan_rewrite(wide, good, CONFS[2]).changes == {"cpus_per_tres": "gres/gpu:4"}
+    elastic = JobRequest(
+        comment="model=bert elastic=1-8", tres_per_node="gres/gpu:1", max_cpus_per_node=16
+    )
+    assert plan_rewrite(elastic, good, CONFS[2]).changes == {
+        "tres_per_node": "gres/gpu:3",
+        "cpus_per_tres": "gres/gpu:5",
+    }
+    big = parse_table(render_table([TableRow("bert", "*", 4, gpus=8)]))
+    assert plan_rewrite(elastic, big, CONFS[2]).changes == {
+        "tres_per_node": "gres/gpu:4",
+        "cpus_per_tres": "gres/gpu:4",
+    }
+    beyond = JobRequest(comment="model=bert elastic=6-8", tres_per_node="gres/gpu:1")
+    assert "tres_per_node" not in plan_rewrite(beyond, big, CONFS[2]).changes
+    for tres in ("gres/gpu", "gres/gpu:x=y", "gres/gpu:5000"):
+        assert changes(comment="model=resnet50", tres_per_node=tres) == {}, tres
     hostile = parse_table(HOSTILE_TABLE)
     assert hostile.valid and list(hostile.rows) == [("resnet50", "*")]
 
@@ -169,9 +225,22 @@ def test_lua_error_fails_open_with_one_log_line(lua: str, tmp_path) -> None:
     assert rc == "0" and n_logged == "1" and "hook error" in line and "boom" in line
 
 
+@pytest.mark.parametrize("lua", lua_interpreters())
+def test_log_line_prints_the_uid_as_an_integer(lua: str, tmp_path) -> None:
+    hook = render_hook(tmp_path / "missing.tsv")
+    [(line,)] = run_driver(lua, [("submit_uid", "1000")], hook_source=hook)
+    assert line.startswith("slurm-ext hook uid=1000: unchanged"), line
+
+
 def test_render_hook_refuses_unsafe_settings() -> None:
     for bad in ('/x"; os.exit(1) --', "relative/path", "/a b", "/a\nb"):
         with pytest.raises(ValueError, match="table_path"):
             render_hook(bad)
-    src = render_hook("/srv/t.tsv", respect_explicit_cpus=False, max_cpus_per_gpu=8)
+    for bad_gpus in (-1, 1025, True, "4"):
+        with pytest.raises(ValueError, match="gpus_per_node"):
+            render_hook("/srv/t.tsv", gpus_per_node=bad_gpus)  # type: ignore[arg-type]
+    src = render_hook(
+        "/srv/t.tsv", respect_explicit_cpus=False, max_cpus_per_gpu=8, gpus_per_node=4
+    )
     assert 'local TABLE_PATH = "/srv/t.tsv"\n' in src and "local MAX_CPUS_PER_GPU = 8\n" in src
+    assert "local GPUS_PER_NODE = 4\n" in src

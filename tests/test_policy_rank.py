@@ -225,7 +225,7 @@ def test_gittins_per_gpu_class_orders_differently_from_pooled():
     d = rank([a, b], 10, by_gpus, history)
     assert ids(d) == [2, 1]
     assert [x.index for x in d] == pytest.approx([0.05, 1 / 30])
-    assert "(2 completed jobs with 2 GPUs)" in d[0].reason
+    assert "from 2 GPUs class (2 completed jobs)" in d[0].reason
     # too few samples per class: both read the pooled table again
     d = rank([a, b], 10, replace(by_gpus, gittins_class_min_samples=3), history)
     assert ids(d) == [1, 2] and "(4 completed jobs)" in d[1].reason

@@ -347,7 +347,10 @@ def test_service_config_predictor_section() -> None:
     c = from_dict(ServiceConfig, {"predictor": {"table": "/t.tsv", "rebuild_every_s": 60}}, "s")
     assert c.predictor == PredictorServiceConfig("/t.tsv", 60.0, None)
     assert from_dict(ServiceConfig, {}, "s").predictor.table is None  # off by default
-    for bad, key in (({"rebuild_every_s": 0}, "predictor"), ({"tabel": "x"}, "predictor.tabel")):
+    for bad, key in (
+        ({"rebuild_every_s": 0}, "predictor.rebuild_every_s"),
+        ({"tabel": "x"}, "predictor.tabel"),
+    ):
         with pytest.raises(ConfigError) as err:
             from_dict(ServiceConfig, {"predictor": bad}, "s.toml")
         assert err.value.key == key

@@ -71,8 +71,10 @@ def _squeue_for(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def _spelling_free(job: Job) -> Job:
-    """Slurm 22.05 spells requests `gres:gpu:4`, 23.02+ `gres/gpu:4`; compare those apart."""
-    return dataclasses.replace(job, tres_per_node="", cpus_per_tres="")
+    """Slurm 22.05 spells requests `gres:gpu:4`, 23.02+ `gres/gpu:4`; compare those apart.
+    The recorded pyslurm jobs carry no restart count (read as unknown: None) where
+    squeue's JSON has restart_cnt."""
+    return dataclasses.replace(job, tres_per_node="", cpus_per_tres="", restart_count=None)
 
 
 def _cpus_per_gpu(text: str) -> int:
@@ -270,16 +272,25 @@ def _stand_in_pyslurm(calls: list[tuple[Any, ...]]) -> types.ModuleType:
 
 
 @pytest.fixture
-def stand_in(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[Any, ...]]:
+    """A stand-in pyslurm, and stand-in sprio/squeue on PATH for what the backend reads
+    through the command line (pending jobs' site factors and --gpus requests)."""
     calls: list[tuple[Any, ...]] = []
     monkeypatch.setitem(sys.modules, "pyslurm", _stand_in_pyslurm(calls))
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for name, body in (("sprio", "printf '10|5\\n11|0\\n'"), ("squeue", "true")):
+        (bins / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bins / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bins}:{os.environ.get('PATH', '')}")
     return calls
 
 
 def test_client_reads_and_filters_states(stand_in: list[tuple[Any, ...]]) -> None:
     client = PySlurmClient()
     assert sorted(j.job_id for j in client.jobs()) == [1, 2, 3, 10, 11]
-    assert [j.job_id for j in client.jobs(states=["PENDING"])] == [10, 11]
+    pending = client.jobs(states=["PENDING"])
+    assert [(j.job_id, j.site_factor) for j in pending] == [(10, 5), (11, 0)]  # from sprio
     with pytest.raises(SlurmUnavailable, match="Unable to contact slurm controller"):
         client.nodes()
 
@@ -305,17 +316,34 @@ def test_client_writes_use_job_submit_description(stand_in: list[tuple[Any, ...]
     ]
 
 
-def test_client_refuses_writes_pyslurm_would_drop(stand_in: list[tuple[Any, ...]]) -> None:
-    client = PySlurmClient()
-    with pytest.raises(SlurmError, match="not supported by this pyslurm"):
-        client.set_nice(5, 0)
-    with pytest.raises(SlurmError, match="not supported by this pyslurm"):
-        client.set_site_factor(5, 0)
-    with pytest.raises(SlurmError, match="num_nodes"):
-        client.set_placement(5, required_nodes=["node1"], num_nodes=1)
-    with pytest.raises(SlurmError, match="clearing excluded_nodes"):
-        client.set_placement(5, excluded_nodes=[])
-    assert stand_in == []  # nothing half-applied
+def _recording_scontrol(tmp_path: Path) -> tuple[str, Path]:
+    """A bin dir whose scontrol appends its arguments to a file (and succeeds)."""
+    log = tmp_path / "scontrol.log"
+    exe = tmp_path / "scontrol"
+    exe.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    exe.chmod(0o755)
+    return str(tmp_path), log
+
+
+def test_client_writes_pyslurm_would_drop_through_scontrol(
+    stand_in: list[tuple[Any, ...]], tmp_path: Path
+) -> None:
+    """JobSubmitDescription drops 0s and empty lists, and node counts on modify: those
+    go through `scontrol update`, the rest stays in pyslurm."""
+    bin_dir, log = _recording_scontrol(tmp_path)
+    client = PySlurmClient(bin_dir=bin_dir)
+    client.set_nice(5, 0)
+    client.set_site_factor(5, 0)
+    client.set_placement(5, required_nodes=["node1"], num_nodes=1)
+    client.set_placement(5, excluded_nodes=[])
+    client.set_placement(5, required_nodes=["node2"])
+    assert log.read_text().splitlines() == [
+        "update JobId=5 Nice=0",
+        "update JobId=5 SiteFactor=0",
+        "update JobId=5 ReqNodeList=node1 NumNodes=1",
+        "update JobId=5 ExcNodeList=",
+    ]
+    assert stand_in == [("modify", 5, {"required_nodes": ["node2"]})]
 
 
 def test_client_unknown_job_raises_job_not_found(stand_in: list[tuple[Any, ...]]) -> None:
@@ -368,10 +396,14 @@ def test_client_skips_an_unreadable_record_like_the_cli_backend(
     assert "skipping unreadable job 99" in caplog.text
 
 
-def test_client_batch_writes_name_each_failure(stand_in: list[tuple[Any, ...]]) -> None:
-    client = PySlurmClient()
+def test_client_batch_writes_name_each_failure(
+    stand_in: list[tuple[Any, ...]], tmp_path: Path
+) -> None:
+    bin_dir, log = _recording_scontrol(tmp_path)
+    client = PySlurmClient(bin_dir=bin_dir)
     failed = client.set_site_factors({5: 250, 404: 7, 6: 0, 7: 300})
-    assert sorted(failed) == [6, 404]  # unknown job; site_factor 0 refused before any call
+    assert sorted(failed) == [404]  # the unknown job; site factor 0 went through scontrol
     assert isinstance(failed[404], JobNotFound)
     assert stand_in == [("modify", 5, {"site_factor": 250}), ("modify", 7, {"site_factor": 300})]
+    assert log.read_text().splitlines() == ["update JobId=6 SiteFactor=0"]
     assert client.set_priorities({5: 1000}) == {}

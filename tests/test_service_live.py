@@ -1,7 +1,13 @@
-"""The service against a real slurmctld: start order, restart safety, outages, config errors."""
+"""The service against a real slurmctld: start order, restart safety, outages, config errors.
+
+The tests on a live cluster run once per (Slurm release, backend) of conftest.LIVE_BACKENDS:
+the service is a subprocess configured with that backend, with the release's commands
+first on PATH.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -13,13 +19,32 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import cluster_options, wait_for
 
 from nodeagent.report import SIGNATURE_HEADER, JobReport, encode_reports, sign
 from slurm_ext.testing.cluster import LocalCluster
 
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
 pytestmark = pytest.mark.slurm
+_ENV: dict[str, str] = {}  # the environment of the service and CLI subprocesses
+
+
+@pytest.fixture
+def clean_queue(live, request) -> LocalCluster:
+    """The cluster of `live` (once per release and backend), its commands first on PATH
+    for the service subprocesses, and `backend` set for write_config."""
+    cluster, client = live
+    _use(cluster, "pyslurm" if type(client).__name__ == "PySlurmClient" else "cli")
+    request.addfinalizer(_ENV.clear)
+    return cluster
+
+
+def _use(cluster: LocalCluster, backend: str) -> None:
+    _ENV.clear()
+    _ENV.update(os.environ)
+    if cluster.bin_dir:
+        _ENV["PATH"] = f"{cluster.bin_dir}:{_ENV.get('PATH', '')}"
+    _ENV["SLURM_EXT_TEST_BACKEND"] = backend
 
 
 def write_config(path: Path, cluster: LocalCluster, **extra: object) -> Path:
@@ -40,14 +65,22 @@ def write_config(path: Path, cluster: LocalCluster, **extra: object) -> Path:
         else:
             top[key] = value
     lines = [f"{k} = {v}" for k, v in top.items()]
-    lines += ["[slurm]", 'backend = "cli"', f'slurm_conf = "{cluster.conf_path}"', "timeout_s = 10"]
+    backend = _ENV.get("SLURM_EXT_TEST_BACKEND", "cli")
+    lines += [
+        "[slurm]",
+        f'backend = "{backend}"',
+        f'slurm_conf = "{cluster.conf_path}"',
+        "timeout_s = 10",
+    ]
     lines += ["[policy]"] + [f"{k} = {v}" for k, v in policy.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([*SLURM_EXT, *args], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [*SLURM_EXT, *args], capture_output=True, text=True, timeout=60, env=_ENV or None
+    )
     if check and res.returncode != 0:
         raise AssertionError(
             f"slurm-ext {' '.join(args)} -> {res.returncode}\n{res.stdout}\n{res.stderr}"
@@ -61,6 +94,7 @@ def start_service(config: Path, log: Path) -> subprocess.Popen:
         stdout=open(log, "ab"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env=_ENV or None,
     )
 
 
@@ -157,6 +191,7 @@ def test_short_jobs_overtake_the_backlog_only_with_the_service(clean_queue, tmp_
         stop(proc)
     log = (tmp_path / "service.log").read_text()
     assert "pass:" in log and "jobs ranked" in log
+    assert f"Slurm backend: {_ENV['SLURM_EXT_TEST_BACKEND']} (asked for explicitly" in log
 
 
 def test_restart_resumes_from_the_store_without_rewrites(clean_queue, tmp_path):
@@ -220,10 +255,18 @@ def test_dry_run_writes_nothing_and_pins_holds_are_untouched(clean_queue, tmp_pa
     assert nodes["fragmentation"] == 0.0
 
 
-def test_controller_outage_backs_off_and_catches_up(tmp_path):
+@pytest.mark.parametrize("case", ["22.05-cli", "25.11-pyslurm"])
+def test_controller_outage_backs_off_and_catches_up(tmp_path, case, request):
     """slurmctld stopped for a minute while the service runs (interval 0.5 s, back-off
-    capped at 8 s): it logs, backs off, stays up, keeps its state and catches up."""
-    with LocalCluster(nodes=1, gpus_per_node=2, root=tmp_path / "c") as c:
+    capped at 8 s): it logs, backs off, stays up, keeps its state and catches up.
+    (pyslurm's errors map to SlurmUnavailable by errno, the CLI's by message.)"""
+    version, backend = case.split("-")
+    options = cluster_options(version)
+    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (scripts/install-slurm2511.sh builds it)")
+    request.addfinalizer(_ENV.clear)
+    with LocalCluster(nodes=1, gpus_per_node=2, root=tmp_path / "c", **options) as c:
+        _use(c, backend)
         config = write_config(tmp_path / "service.toml", c, backoff_max_s=8.0)
         log = tmp_path / "service.log"
         running = c.sbatch("--gres=gpu:1", "-J", "r")
@@ -381,3 +424,38 @@ def test_requeue_preemption_only_touches_opted_in_jobs(clean_queue, tmp_path):
         timeout=30,
         what="waiting job started in the freed GPUs",
     )
+
+
+def test_explain_names_the_kind_group_of_a_never_run_job(clean_queue, tmp_path):
+    """Conditioned Gittins on a real slurmctld: the store remembers that this user's
+    "train" jobs finished fast and "sim" jobs slowly; a later-submitted train job outranks
+    an earlier sim job, and explain says which group its index came from."""
+    import getpass
+
+    from slurm_ext.store import Store
+
+    c = clean_queue
+    me = getpass.getuser()
+    store = Store(tmp_path / "service.db")
+    rows = [(900 + i, 60.0, 60.0, 1000.0 + i, me, "train", "", 3600.0) for i in range(3)]
+    rows += [(910 + i, 9000.0, 9000.0, 1000.0 + i, me, "sim", "", 86400.0) for i in range(3)]
+    store.save_jobs([], rows)
+    store.close()
+    config = write_config(
+        tmp_path / "service.toml",
+        c,
+        history_source='"store"',
+        policy_gittins_kind_min_samples="3",
+        policy_gittins_classes='"pooled"',
+    )
+    c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
+    sim = c.sbatch("--gres=gpu:1", "-J", "sim")
+    train = c.sbatch("--gres=gpu:1", "-J", "train")
+    cli("serve", "--once", "--config", str(config))
+    text = cli("explain", str(train), "--config", str(config)).stdout
+    assert f"from user={me},name=train (3 completed jobs)" in text, text
+    info = json.loads(cli("explain", str(sim), "--json", "--config", str(config)).stdout)
+    assert f"from user={me},name=sim (3 completed jobs)" in info["policy_reason"]
+    ranks = {r["job_id"]: r["rank"] for r in json.loads(
+        cli("queue", "--json", "--config", str(config)).stdout)["jobs"]}  # fmt: skip
+    assert ranks[train] < ranks[sim]

@@ -1,4 +1,5 @@
-"""Contract tests: the CLI backend against a real slurmctld, plus its parsing edge cases."""
+"""Contract tests: each backend against a real slurmctld (the CLI backend on 22.05 and
+25.11, pyslurm on 25.11; see conftest.LIVE_BACKENDS), plus the CLI's parsing edge cases."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import LIVE_BACKENDS, cluster_options, live_client, session_cluster, wait_for
 
 from slurm_ext.model import JobState
 from slurm_ext.slurm.cli_backend import CliSlurmClient, job_from_squeue, node_from_sinfo
@@ -140,11 +141,17 @@ def test_slow_slurm_times_out_bounded(tmp_path):
 
 
 @pytest.fixture
-def client(clean_queue: LocalCluster) -> CliSlurmClient:
-    return CliSlurmClient(slurm_conf=str(clean_queue.conf_path), timeout=20)
+def clean_queue(live: tuple[LocalCluster, SlurmClient]) -> LocalCluster:
+    """This module's live tests run once per (release, backend): the cluster of `live`."""
+    return live[0]
 
 
-def _job(client: CliSlurmClient, job_id: int):
+@pytest.fixture
+def client(live: tuple[LocalCluster, SlurmClient]) -> SlurmClient:
+    return live[1]
+
+
+def _job(client: SlurmClient, job_id: int):
     return next((j for j in client.jobs() if j.job_id == job_id), None)
 
 
@@ -183,6 +190,32 @@ def test_submitted_jobs_read_back(clean_queue, client):
     assert jbig.pending and jbig.held and jbig.gpus == 64
     used = {n.name: n.gpus_alloc for n in client.nodes()}
     assert sum(used.values()) == 10
+
+
+SPELLINGS = [
+    ["--gpus=2"],
+    ["--gres=gpu:2"],
+    ["--gpus-per-node=2"],
+    ["--gpus-per-task=1", "-n", "2"],
+]
+
+
+@pytest.mark.slurm
+def test_every_gpu_spelling_reads_back_running_and_pending(clean_queue, client):
+    """2 GPUs asked four ways, running and held; nodes' GPUs against sinfo's GresUsed."""
+    c = clean_queue
+    running = [c.sbatch(*args, "-J", "run") for args in SPELLINGS]
+    held = [c.sbatch(*args, "--hold", "-J", "held") for args in SPELLINGS]
+    wait_for(
+        lambda: all((j := _job(client, r)) and j.running for r in running), what="jobs running"
+    )
+    jobs = {j.job_id: j for j in client.jobs()}
+    assert [jobs[r].gpus for r in running] == [2, 2, 2, 2]
+    assert [jobs[h].gpus for h in held] == [2, 2, 2, 2]
+    out = c.run("sinfo", "-N", "-h", "-O", "NodeList:|,GresUsed:|")
+    slurm_says = {p[0]: parse_gpus(p[1])[0] for p in (ln.split("|") for ln in out.splitlines())}
+    assert {n.name: n.gpus_alloc for n in client.nodes()} == slurm_says
+    assert sum(slurm_says.values()) == 8
 
 
 @pytest.mark.slurm
@@ -230,7 +263,17 @@ def test_site_factor_and_nice_are_written(clean_queue, client):
     sprio = c.run("sprio", "-h", "-j", str(job_id), "-o", "%i %S")
     assert sprio.split() == [str(job_id), "5000"]
     # every multifactor weight is 0 in the harness, so priority = site factor - nice
-    assert _job(client, job_id).priority == 5000 - 100
+    job = _job(client, job_id)
+    assert (job.priority, job.site_factor, job.nice) == (5000 - 100, 5000, 100)
+    client.set_site_factor(job_id, 0)  # zeroes too (pyslurm alone would drop them)
+    client.set_nice(job_id, 0)
+    assert sprio_site(c, job_id) == 0 and "Nice=0" in c.run("scontrol", "show", "job", str(job_id))
+    job = _job(client, job_id)
+    assert (job.site_factor, job.nice) == (0, 0)
+
+
+def sprio_site(c: LocalCluster, job_id: int) -> int:
+    return int(c.run("sprio", "-h", "-j", str(job_id), "-o", "%S").split()[0])
 
 
 @pytest.mark.slurm
@@ -286,26 +329,40 @@ def test_suspend_resume_requeue(clean_queue, client):
 
 @pytest.mark.slurm
 def test_unknown_job_is_job_not_found(client):
-    with pytest.raises(JobNotFound, match="scontrol update JobId=9999999"):
+    with pytest.raises(JobNotFound, match="9999999"):
         client.set_priority(9999999, 10)
-    with pytest.raises(JobNotFound):
-        client.hold(9999999)
+    for write in (client.hold, client.release, client.suspend, client.resume, client.requeue):
+        with pytest.raises(JobNotFound):
+            write(9999999)
 
 
 @pytest.mark.slurm
-def test_controller_down_raises_unavailable_quickly(tmp_path):
-    with LocalCluster(nodes=1, gpus_per_node=1, root=tmp_path / "c") as c:
-        client = CliSlurmClient(slurm_conf=str(c.conf_path), timeout=20)
-        assert len(client.nodes()) == 1
+@pytest.mark.parametrize("case", LIVE_BACKENDS)
+def test_controller_down_raises_unavailable_quickly(request, tmp_path, case):
+    version, backend = case.split("-")
+    if backend == "pyslurm":
+        # pyslurm reads one slurm.conf per process: stop and restart the session cluster's
+        c = session_cluster(request, version)
+        own = None
+    else:
+        own = c = LocalCluster(
+            nodes=1, gpus_per_node=1, root=tmp_path / "c", **cluster_options(version)
+        ).start()
+    try:
+        client = live_client(c, backend)
+        assert len(client.nodes()) == c.nodes
         c.stop_slurmctld()
         t0 = time.monotonic()
         with pytest.raises(SlurmUnavailable) as info:
             client.jobs()
         elapsed = time.monotonic() - t0
-        assert "squeue --json" in str(info.value)
+        assert ("squeue --json" if backend == "cli" else "pyslurm.Jobs.load()") in str(info.value)
         assert elapsed < 25, elapsed
         c.start_slurmctld()
         wait_for(lambda: _safe_nodes(client), timeout=30, what="controller back")
+    finally:
+        if own is not None:
+            own.cleanup()
 
 
 def _safe_nodes(client):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from slurm_ext.config import choices
+from slurm_ext.config import choices, positive
+from slurm_ext.policy.kinds import parse_level
 
 POLICIES = ("gittins", "las", "fifo", "multifactor", "sjf", "srtf")
 ORACLES = ("sjf", "srtf")  # these read JobView.true_duration_s: simulator-only baselines
@@ -42,6 +43,20 @@ class PolicyConfig:
         pending) as right-censored observations (S > attained), instead of from the
         completed jobs alone, which under overload under-represent the long jobs still
         queued.
+    gittins_kinds: groups of similar jobs whose GPU-times a job's index reads before its
+        GPU class and the pooled history, finest first; each is fields joined by "+"
+        from user, name (job name), account, gpus (GPU-count class). A job reads the
+        first group it belongs to with at least gittins_kind_min_samples completions in
+        the history window (policy/kinds.py). Empty: GPU class and pooled only.
+    gittins_time_limit: truncate the distribution a job's index reads at its time limit
+        x GPUs (Slurm ends it there), while its attained service is below that.
+    gittins_index: "quantum" is Tiresias' index (best over quanta D: it rewards a chance
+        of finishing early, which only preemption can use); "whole" is the index of a job
+        that runs to its end once started, 1 / E[remaining GPU-time | attained] (Smith's
+        rule; completed jobs only, no censoring), the right order without preemption;
+        "auto" (default) is "whole" where nothing is preempted (the service's
+        preemption = "off", the simulator's --no-preemptive), else "quantum": the shells
+        resolve it with `for_preemption`.
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
     """
@@ -52,13 +67,17 @@ class PolicyConfig:
     )
     queue_gpu_exponent: float = 1.0
     starvation_factor: float = 160.0
-    history_window: int = 5000
+    history_window: int = positive(5000)
     min_run_s: float = 1200.0
-    gittins_grid_start_gpu_s: float = 60.0
-    gittins_grid_per_decade: int = 4
+    gittins_grid_start_gpu_s: float = positive(60.0)
+    gittins_grid_per_decade: int = positive(4)
     gittins_classes: str = choices("pooled", "gpus", default="gpus")
-    gittins_class_min_samples: int = 200
+    gittins_class_min_samples: int = positive(200)
     gittins_censored: bool = False
+    gittins_kinds: list[str] = field(default_factory=lambda: ["user+name", "user+gpus", "user"])
+    gittins_kind_min_samples: int = positive(5)
+    gittins_time_limit: bool = True
+    gittins_index: str = choices("auto", "quantum", "whole", default="auto")
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
 
@@ -78,6 +97,17 @@ class PolicyConfig:
             raise ValueError("gittins grid must start > 0 with >= 1 point per decade")
         if self.gittins_class_min_samples < 1:
             raise ValueError("gittins_class_min_samples must be >= 1")
+        if self.gittins_kind_min_samples < 1:
+            raise ValueError("gittins_kind_min_samples must be >= 1")
+        for spec in self.gittins_kinds:
+            parse_level(spec)
+
+    def for_preemption(self, preemptive: bool) -> PolicyConfig:
+        """This config with gittins_index "auto" resolved for a deployment that does
+        (or does not) preempt; the policy reads "auto" as "quantum"."""
+        if self.gittins_index != "auto":
+            return self
+        return replace(self, gittins_index="quantum" if preemptive else "whole")
 
     @property
     def oracle(self) -> bool:

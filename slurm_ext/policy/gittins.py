@@ -26,6 +26,10 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_ext.policy.kinds import KindTables
 
 
 def gittins_index(sorted_samples: Sequence[float], attained: float) -> float:
@@ -64,6 +68,24 @@ def _index(groups: tuple[list[float], list[int]], n: int, attained: float) -> fl
             if r > best:
                 best = r
     return best
+
+
+def whole_job_indices(sorted_samples: Sequence[float], points: Sequence[float]) -> list[float]:
+    """The Gittins index of a job that, once started, runs to its end, at each attained
+    service in `points`: the only quantum is D = infinity, so the index is
+    1 / E[S - a | S > a] (Smith's rule on the expected remaining GPU-time). It is the
+    right order when nothing is preempted: Tiresias' best-quantum index rewards a chance
+    of finishing early that only preemption can cash in."""
+    n = len(sorted_samples)
+    suffix = [0.0] * (n + 1)  # suffix[i] = sum of samples[i:]
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + sorted_samples[i]
+    out = []
+    for a in points:
+        k = bisect.bisect_right(sorted_samples, a)
+        left = suffix[k] - (n - k) * a
+        out.append((n - k) / left if k < n and left > 0 else 0.0)
+    return out
 
 
 def kaplan_meier(
@@ -184,6 +206,8 @@ class GittinsTable:
     samples: int
     # per GPU class (`gpu_class`) with enough samples: its own table; None: pooled only
     classes: dict[int, GittinsTable] | None = field(default=None, compare=False)
+    # per job kind and time limit (policy.kinds); None: classes and pooled only
+    kinds: KindTables | None = field(default=None, compare=False, repr=False)
     ranked: tuple[float, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -191,18 +215,23 @@ class GittinsTable:
 
     @classmethod
     def from_samples(
-        cls, samples: Sequence[float], start: float = 60.0, per_decade: int = 4
+        cls,
+        samples: Sequence[float],
+        start: float = 60.0,
+        per_decade: int = 4,
+        whole: bool = False,
     ) -> GittinsTable:
+        """The table over completed jobs' GPU-seconds; `whole`: `whole_job_index`."""
         ordered = sorted(float(s) for s in samples if s > 0 and math.isfinite(s))
         if not ordered:
             return cls(grid=(0.0,), values=(0.0,), samples=0)
         grid = default_grid(start, per_decade, ordered[-1])
-        groups = _groups(ordered)
-        return cls(
-            grid=tuple(grid),
-            values=tuple(_index(groups, len(ordered), a) for a in grid),
-            samples=len(ordered),
-        )
+        if whole:
+            values = whole_job_indices(ordered, grid)
+        else:
+            groups = _groups(ordered)
+            values = [_index(groups, len(ordered), a) for a in grid]
+        return cls(grid=tuple(grid), values=tuple(values), samples=len(ordered))
 
     @classmethod
     def from_censored(

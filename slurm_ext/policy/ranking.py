@@ -11,14 +11,26 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from slurm_ext.model import Decision, JobView
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
+from slurm_ext.policy.kinds import Completed, KindTables
 
 Key = tuple[int, int, float, float, int]
-# completed jobs: GPU-seconds, or (GPUs, GPU-seconds) where the GPU count is known
-History = Sequence[float | tuple[int | None, float]] | GittinsTable | None
+# completed jobs: GPU-seconds, (GPUs, GPU-seconds) where the GPU count is known, or
+# Completed records that also carry the job's kind (user, name, account, time limit)
+History = Sequence[float | tuple[int | None, float] | Completed] | GittinsTable | None
+
+
+def as_completed(h: float | tuple[int | None, float] | Completed) -> Completed:
+    """One history entry as a Completed record (kind unknown for bare numbers and pairs)."""
+    if isinstance(h, Completed):
+        return h
+    if isinstance(h, tuple):
+        return Completed(h[0], h[1])
+    return Completed(None, h)
 
 
 def build_table(
@@ -26,25 +38,42 @@ def build_table(
     config: PolicyConfig,
     active: Sequence[tuple[int, float]] | None = None,
 ) -> GittinsTable | None:
-    """A Gittins table from completed jobs (the last `history_window`): GPU-seconds or
-    (GPUs, GPU-seconds); with `gittins_classes = "gpus"` also one per GPU class. With
-    `gittins_censored`, `active` ((GPUs, attained GPU-seconds) of the jobs running or
-    pending now, all of them) are right-censored observations (Kaplan-Meier)."""
+    """A Gittins table from completed jobs (the last `history_window`): GPU-seconds,
+    (GPUs, GPU-seconds) or Completed records; with `gittins_classes = "gpus"` also one per
+    GPU class, and with `gittins_kinds` / `gittins_time_limit` the per-kind tables
+    (policy/kinds.py). With `gittins_censored`, `active` ((GPUs, attained GPU-seconds)
+    of the jobs running or pending now, all of them) are right-censored observations
+    (Kaplan-Meier) for the class and pooled tables."""
     if history is None or isinstance(history, GittinsTable):
         return history
-    window = [h if isinstance(h, tuple) else (None, h) for h in history]
-    window = window[-config.history_window :]
+    window = [as_completed(h) for h in history][-config.history_window :]
     start, per_decade = config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
     censored = list(active or ()) if config.gittins_censored else None
+    pairs = [(c.gpus, c.gpu_s) for c in window]
     if config.gittins_classes == "gpus":
-        return GittinsTable.from_history(
-            window, start, per_decade, config.gittins_class_min_samples, censored
+        base = GittinsTable.from_history(
+            pairs, start, per_decade, config.gittins_class_min_samples, censored
         )
-    if censored is not None:
-        return GittinsTable.from_censored(
-            [s for _, s in window], [a for _, a in censored], start, per_decade
+    elif censored is not None:
+        base = GittinsTable.from_censored(
+            [s for _, s in pairs], [a for _, a in censored], start, per_decade
         )
-    return GittinsTable.from_samples([s for _, s in window], start, per_decade)
+    else:
+        base = GittinsTable.from_samples([s for _, s in pairs], start, per_decade)
+    whole = config.gittins_index == "whole"
+    if not base.samples or not (config.gittins_kinds or config.gittins_time_limit or whole):
+        return base
+    kinds = KindTables.build(
+        window,
+        base,
+        list(config.gittins_kinds),
+        config.gittins_kind_min_samples,
+        config.gittins_time_limit,
+        whole,
+        start,
+        per_decade,
+    )
+    return replace(base, kinds=kinds)
 
 
 def queue_scale(gpus: int, config: PolicyConfig) -> float:
@@ -108,6 +137,10 @@ def key_and_change(
     waiting_since: float | None,
     promoted_at_gpu_s: float | None,
     true_duration_s: float | None,
+    user: str = "",
+    job_name: str = "",
+    account: str = "",
+    time_limit_s: float | None = None,
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
@@ -116,7 +149,8 @@ def key_and_change(
     The second value is the seconds until the key may change on its own (inf: only
     events change it). Running jobs change at the end of protection, at queue
     thresholds and at Gittins grid points; pending jobs at promotion. SRTF changes
-    continuously and returns 0. Only oracle policies read `true_duration_s`.
+    continuously and returns 0. Only oracle policies read `true_duration_s`; the kind
+    (user, job_name, account, time_limit_s) picks the Gittins table (policy/kinds.py).
     """
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
@@ -157,7 +191,11 @@ def key_and_change(
                 queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
-            if table.classes is not None:
+            if table.kinds is not None:
+                table = table.kinds.choose(gpus, user, job_name, account, time_limit_s).pick(
+                    attained_gpu_s
+                )
+            elif table.classes is not None:
                 table = table.for_gpus(gpus)
             index, change_at = table.step(attained_gpu_s)
             score = -index
@@ -206,6 +244,10 @@ def _key_and_change(
         job.waiting_since,
         job.promoted_at_gpu_s,
         job.true_duration_s,
+        job.user,
+        job.job_name,
+        job.account,
+        job.time_limit_s,
     )
 
 
@@ -225,22 +267,56 @@ def key_change_after(
     return _key_and_change(job, now, config, table)[1]
 
 
+def job_table(job: JobView, table: GittinsTable) -> tuple[GittinsTable, str]:
+    """The table a job's Gittins index reads and the group it came from ("" when the
+    table has neither classes nor kinds)."""
+    if table.kinds is not None:
+        c = table.kinds.choose(job.gpus, job.user, job.job_name, job.account, job.time_limit_s)
+        own = c.pick(job.attained_gpu_s)
+        label = c.label
+        if own is not c.table:
+            label += f", truncated at its time limit ({c.cap:.0f} GPU-s)"
+        return own, label
+    own = table.for_gpus(job.gpus)
+    return own, (f"{class_label(gpu_class(job.gpus))} class" if own is not table else "")
+
+
+def _chosen(
+    job: JobView, config: PolicyConfig, table: GittinsTable | None
+) -> tuple[GittinsTable, str] | None:
+    """`job_table` where the Gittins index applies (gittins with a history), else None."""
+    if config.policy != "gittins" or table is None or not table.samples:
+        return None
+    return job_table(job, table)
+
+
 def _reported_index(
-    job: JobView, key: Key, config: PolicyConfig, table: GittinsTable | None
+    job: JobView,
+    key: Key,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    chosen: tuple[GittinsTable, str] | None = None,
 ) -> float:
     """Decision.index: the exact Gittins index (the key holds it rounded, see
-    `gittins.ranking_index`), else the key's score."""
+    `gittins.ranking_index`), else the key's score. `chosen`: `_chosen`'s answer."""
     if config.policy != "gittins":
         return key[2]
     if table is None or not table.samples:
         return -key[2]
-    return table.for_gpus(job.gpus).index(job.attained_gpu_s)
+    own = (chosen or job_table(job, table))[0]
+    return own.index(job.attained_gpu_s)
 
 
 def explain(
-    job: JobView, key: Key, now: float, config: PolicyConfig, table: GittinsTable | None
+    job: JobView,
+    key: Key,
+    now: float,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    chosen: tuple[GittinsTable, str] | None = None,
 ) -> str:
-    """A short human-readable reason for the job's place in the order."""
+    """A short human-readable reason for the job's place in the order (`chosen`: the
+    job's `job_table`, when the caller has it)."""
     parts: list[str] = []
     if key[0] == 0:
         parts.append(
@@ -259,10 +335,11 @@ def explain(
         parts.append(where)
         if p == "gittins":
             if table is not None and table.samples:
-                own = table.for_gpus(job.gpus)
-                of = f" with {class_label(gpu_class(job.gpus))}" if own is not table else ""
-                exact = _reported_index(job, key, config, table)
-                parts.append(f"gittins {exact:.3g} ({own.samples} completed jobs{of})")
+                own, label = chosen or job_table(job, table)
+                exact = own.index(job.attained_gpu_s)
+                parts.append(
+                    f"gittins {exact:.3g} from {label or 'pooled'} ({own.samples} completed jobs)"
+                )
             else:
                 parts.append("no history yet: 2D-LAS order")
         if promoted(job, now, config):
@@ -299,14 +376,19 @@ def rank(
         active = [(j.gpus, j.attained_gpu_s) for j in jobs] if config.gittins_censored else None
         table = build_table(history, config, active)
     keyed = sorted((priority_key(j, now, config, table), j) for j in jobs)
-    return [
-        Decision(
-            job_id=j.job_id,
-            rank=i,
-            queue=k[1],
-            index=_reported_index(j, k, config, table),
-            promoted=_uses_queues(config) and promoted(j, now, config),
-            reason=explain(j, k, now, config, table),
+    out = []
+    for i, (k, j) in enumerate(keyed):
+        chosen = _chosen(j, config, table)  # the table the job's index reads, and its group
+        out.append(
+            Decision(
+                job_id=j.job_id,
+                rank=i,
+                queue=k[1],
+                index=_reported_index(j, k, config, table, chosen),
+                promoted=_uses_queues(config) and promoted(j, now, config),
+                reason=explain(j, k, now, config, table, chosen),
+                group=(chosen[1] or "pooled") if chosen else "",
+                group_samples=chosen[0].samples if chosen else 0,
+            )
         )
-        for i, (k, j) in enumerate(keyed)
-    ]
+    return out

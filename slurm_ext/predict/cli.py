@@ -193,8 +193,18 @@ def show(key: str, table_path: str, config_path: str | None) -> None:
 )
 @click.option("--respect-explicit-cpus/--override-explicit-cpus", default=True)
 @click.option("--max-cpus-per-gpu", type=click.IntRange(0, 1024), default=0)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(0, 1024),
+    default=0,
+    help="GPUs on the partition's nodes, as the hook's GPUS_PER_NODE (0: unknown).",
+)
 def apply(
-    table_path: str, dry_run: bool, respect_explicit_cpus: bool, max_cpus_per_gpu: int
+    table_path: str,
+    dry_run: bool,
+    respect_explicit_cpus: bool,
+    max_cpus_per_gpu: int,
+    gpus_per_node: int,
 ) -> None:
     """Read a job (JSON, job_desc field names) on stdin; print what the hook would change."""
     try:
@@ -202,7 +212,9 @@ def apply(
     except (json.JSONDecodeError, ValueError) as exc:
         raise click.ClickException(f"stdin: {exc}") from exc
     rw = plan_rewrite(
-        job, load_table(table_path), HookConfig(respect_explicit_cpus, max_cpus_per_gpu)
+        job,
+        load_table(table_path),
+        HookConfig(respect_explicit_cpus, max_cpus_per_gpu, gpus_per_node),
     )
     click.echo(
         json.dumps({"changes": rw.changes, "note": rw.note, "reason": rw.reason}, sort_keys=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.report import JobReport, per_job
-from slurm_ext.config import load_config
+from slurm_ext.config import load_config, positive
 from slurm_ext.predict.cpu import PredictorFile, decide_cpus, with_elastic_keys
 from slurm_ext.predict.samples import CpuSample, SampleError, sample_from_report, workload_key
 from slurm_ext.predict.table import load_table, write_table
@@ -102,7 +102,7 @@ class PredictorServiceConfig:
     """The `[predictor]` table of service.toml: rebuild the hook's table from the store."""
 
     table: str | None = None  # table to write; None: no rebuilds
-    rebuild_every_s: float = 3600.0
+    rebuild_every_s: float = positive(3600.0)
     config: str | None = None  # predictor.toml (None: built-in defaults, no gpu_types)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Install-time rendering of etc/job_submit.lua: set its three settings lines safely."""
+"""Install-time rendering of etc/job_submit.lua: set its four settings lines safely."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ def render_hook(
     table_path: str | Path,
     respect_explicit_cpus: bool = True,
     max_cpus_per_gpu: int = 0,
+    gpus_per_node: int = 0,
     source: str | None = None,
 ) -> str:
     """The hook's Lua source with its settings set; refuses a path needing Lua escapes."""
@@ -25,11 +26,18 @@ def render_hook(
         or not 0 <= max_cpus_per_gpu <= 1024
     ):
         raise ValueError(f"max_cpus_per_gpu {max_cpus_per_gpu!r}: expected an integer in 0..1024")
+    if (
+        isinstance(gpus_per_node, bool)
+        or not isinstance(gpus_per_node, int)
+        or not 0 <= gpus_per_node <= 1024
+    ):
+        raise ValueError(f"gpus_per_node {gpus_per_node!r}: expected an integer in 0..1024")
     text = source if source is not None else HOOK_SOURCE.read_text()
     settings = {
         "TABLE_PATH": f'"{path}"',
         "RESPECT_EXPLICIT_CPUS": "true" if respect_explicit_cpus else "false",
         "MAX_CPUS_PER_GPU": str(max_cpus_per_gpu),
+        "GPUS_PER_NODE": str(gpus_per_node),
     }
     for name, value in settings.items():
         text, n = re.subn(rf"(?m)^local {name} = .*$", f"local {name} = {value}", text, count=1)

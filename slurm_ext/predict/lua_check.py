@@ -53,11 +53,18 @@ for line in io.lines() do
     if not rows then out = { false, false, "", "table ignored" } else
       local job = { comment = f[3], name = f[4], user_name = f[5], tres_per_node = f[6],
                     tres_per_job = f[7], cpus_per_tres = f[8], cpus_per_task = tonumber(f[9]),
-                    max_cpus_per_node = tonumber(f[10]) }
+                    max_cpus_per_node = tonumber(f[10]), tres_per_task = f[14],
+                    num_tasks = tonumber(f[15]) }
       local changes, note, reason = H.plan(job, rows, { respect_explicit_cpus = f[11] == "1",
-                                                         max_cpus_per_gpu = tonumber(f[12]) })
+                                                         max_cpus_per_gpu = tonumber(f[12]),
+                                                         gpus_per_node = tonumber(f[13]) or 0 })
       out = { changes.tres_per_node or false, changes.cpus_per_tres or false, note, reason }
     end
+  elseif mode == "submit_uid" then
+    -- slurmctld pushes the uid as a Lua number: a float under 5.3 (1000.0)
+    slurm.logged = {}
+    slurm_job_submit({}, {}, tonumber(f[2]) + 0.0)
+    out = { slurm.logged[#slurm.logged] or "" }
   elseif mode == "submit_error" then
     -- a job_desc whose every field read raises: the hook must accept it and log one line
     local job_desc = setmetatable({}, { __index = function() error("boom") end })

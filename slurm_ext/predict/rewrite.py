@@ -29,9 +29,13 @@ class JobRequest:
     user_name: str | None = None
     tres_per_node: str | None = None
     tres_per_job: str | None = None
+    tres_per_task: str | None = None
+    num_tasks: int | None = None  # None or NO_VAL: unset (one task)
     cpus_per_tres: str | None = None
     cpus_per_task: int | None = None
-    max_cpus_per_node: int | None = None  # the partition's MaxCPUsPerNode; None: no limit
+    # the most CPUs one node gives the job: the partition's MaxCPUsPerNode and its CPUs per
+    # node (total_cpus / total_nodes), the smaller; None: no limit
+    max_cpus_per_node: int | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> JobRequest:
@@ -53,7 +57,8 @@ class JobRequest:
 @dataclass(frozen=True)
 class HookConfig:
     respect_explicit_cpus: bool = True  # a job's own --cpus-per-gpu is kept
-    max_cpus_per_gpu: int = 0  # 0: no cap besides the partition's MaxCPUsPerNode
+    max_cpus_per_gpu: int = 0  # 0: no cap besides what one node has
+    gpus_per_node: int = 0  # GPUs on the partition's nodes; 0: unknown (no elastic cap)
 
 
 @dataclass(frozen=True)
@@ -69,32 +74,43 @@ class GpuRequest:
     at: int
     gpu_type: str | None
     count: int
+    head: str  # the entry up to its count: "gres/gpu:a100:", "gres/gpu=", "gres:gpu:"
+    prefix: str  # "gres:" (22.05) or "gres/" (23.02+): how this Slurm spells cpus_per_tres
 
     def with_count(self, n: int) -> str:
-        entry = f"gres:gpu:{self.gpu_type}:{n}" if self.gpu_type else f"gres:gpu:{n}"
+        """The request with another count, in the spelling Slurm handed over."""
+        entry = f"{self.head}{n}"
         return ",".join(entry if i == self.at else e for i, e in enumerate(self.entries))
 
 
+def _is_gpu_entry(entry: str) -> bool:
+    return entry[:8] in ("gres:gpu", "gres/gpu") and entry[8:9] in ("", ":", "=")
+
+
 def parse_gpu(tres: str | None) -> GpuRequest | None | bool:
-    """The one `gres:gpu[:type]:N` entry of a TRES string; None: no GPUs, False: not understood."""
+    """The one GPU entry of a TRES string, in every spelling Slurm hands the hook:
+    `gres:gpu[:type]:N` (22.05), `gres/gpu[:type]:N` and `gres/gpu[:type]=N` (23.02+).
+    None: no GPUs, False: not understood."""
     if not tres:
         return None
     entries = tuple(tres.split(","))
-    hits = [i for i, e in enumerate(entries) if e == "gres:gpu" or e.startswith("gres:gpu:")]
+    hits = [i for i, e in enumerate(entries) if _is_gpu_entry(e)]
     if not hits:
         return None
     if len(hits) > 1:
         return False
-    rest = entries[hits[0]][9:]
-    parts = rest.split(":")
-    gpu_type, count = (parts[0], parts[1]) if len(parts) == 2 and parts[0] else (None, rest)
+    entry = entries[hits[0]]
+    rest = entry[9:]
+    m = re.fullmatch(r"([^:=]+)[:=]([^:=]+)", rest) if entry[8:9] == ":" else None
+    gpu_type, count = (m.group(1), m.group(2)) if m else (None, rest)
     if gpu_type is not None and not valid_gpu_type(gpu_type):
         return False
-    if not _COUNT_RE.fullmatch(count):
+    if not _COUNT_RE.fullmatch(count) or int(count) > 1024:
         return False
     if int(count) == 0:
         return None
-    return GpuRequest(entries, hits[0], gpu_type, int(count))
+    head = entry[: len(entry) - len(count)]
+    return GpuRequest(entries, hits[0], gpu_type, int(count), head, entry[:5])
 
 
 def _unlimited(n: int | None) -> bool:
@@ -112,6 +128,8 @@ def plan_rewrite(job: JobRequest, table: ParsedTable, conf: HookConfig) -> Rewri
     if req is None:
         fld, req = "tres_per_job", parse_gpu(job.tres_per_job)
     if req is None:
+        fld, req = "tres_per_task", parse_gpu(job.tres_per_task)
+    if req is None:
         return Rewrite(reason="no GPUs requested")
     if req is False:
         return Rewrite(reason="GPU request not understood")
@@ -125,8 +143,18 @@ def plan_rewrite(job: JobRequest, table: ParsedTable, conf: HookConfig) -> Rewri
     changes: dict[str, str] = {}
     parts: list[str] = []
     gpus = req.count
-    if hints.elastic and row.gpus > 0 and fld == "tres_per_node" and "gpu" not in hints.opt_out:
-        g = max(hints.elastic[0], min(hints.elastic[1], row.gpus))
+    node_gpus = conf.gpus_per_node
+    hi = hints.elastic[1] if hints.elastic else 0
+    if 0 < node_gpus < hi:
+        hi = node_gpus  # more GPUs than a node has: Slurm would reject the job
+    if (
+        hints.elastic
+        and hi >= hints.elastic[0]
+        and row.gpus > 0
+        and fld == "tres_per_node"
+        and "gpu" not in hints.opt_out
+    ):
+        g = max(hints.elastic[0], min(hi, row.gpus))
         if g != req.count:
             changes["tres_per_node"] = req.with_count(g)
             parts.append(f"tres_per_node {job.tres_per_node} -> {changes['tres_per_node']}")
@@ -139,8 +167,13 @@ def plan_rewrite(job: JobRequest, table: ParsedTable, conf: HookConfig) -> Rewri
         if conf.max_cpus_per_gpu > 0:
             n = min(n, conf.max_cpus_per_gpu)
         if not _unlimited(job.max_cpus_per_node):
-            n = min(n, max(1, job.max_cpus_per_node // gpus))  # type: ignore[operator]
-        value = f"gres:gpu:{n}"
+            on_node = gpus  # the most GPUs the job may put on one node
+            if fld == "tres_per_task":
+                on_node = gpus * (1 if _unlimited(job.num_tasks) else job.num_tasks)  # type: ignore[operator]
+            if 0 < node_gpus < on_node:
+                on_node = node_gpus
+            n = min(n, max(1, job.max_cpus_per_node // on_node))  # type: ignore[operator]
+        value = f"{req.prefix}gpu:{n}"
         if value != job.cpus_per_tres:
             changes["cpus_per_tres"] = value
             text = f"cpus_per_tres {job.cpus_per_tres or 'unset'} -> {value}"

@@ -23,6 +23,7 @@ from slurm_ext.sim.report import plot_cdf, table
 from slurm_ext.sim.run import simulate as run_one
 from slurm_ext.sim.synth import synth_jobs, write_tiresias_csv
 from slurm_ext.sim.traces import FORMATS, TraceError, read_trace
+from slurm_ext.sim.users import synth_user_jobs
 
 
 def _progress():
@@ -301,10 +302,43 @@ def trace() -> None:
     help="Offered load (GPU demand / capacity).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--kind-model",
+    type=click.Choice(["users", "flat"]),
+    default="users",
+    show_default=True,
+    help="users: recurring users' kinds of jobs with their time limits and checkpoint "
+    "flags (sim/users.py); flat: every job drawn independently (sim/synth.py).",
+)
+@click.option(
+    "--users", "n_users", type=int, default=40, show_default=True, help="Users (kind model users)."
+)
+@click.option(
+    "--oneoff",
+    type=float,
+    default=0.1,
+    show_default=True,
+    help="Share of jobs of a kind never seen again (kind model users).",
+)
+@click.option(
+    "--checkpoint",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Share of kinds that checkpoint (kind model users).",
+)
 @click.option("-o", "--output", type=click.Path(), default="-", show_default=True)
-def synth(n, gpus, load, seed, output):
+def synth(n, gpus, load, seed, kind_model, n_users, oneoff, checkpoint, output):
     """Write a seeded heavy-tailed Philly-like trace (Tiresias CSV format)."""
-    jobs = synth_jobs(n, gpus, load, seed)
+    if kind_model == "flat":
+        jobs = synth_jobs(n, gpus, load, seed)
+    else:
+        try:
+            jobs = synth_user_jobs(
+                n, gpus, load, seed, users=n_users, p_oneoff=oneoff, p_checkpoint=checkpoint
+            )
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
     if output == "-":
         write_tiresias_csv(jobs, sys.stdout)
     else:

@@ -42,6 +42,7 @@ from slurm_ext.policy import (
     network_sensitive,
     spread_slowdown,
 )
+from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.placement import consolidate_for, min_nodes
 from slurm_ext.policy.ranking import key_and_change, starved
 from slurm_ext.sim.cpus import DEFAULT_KNEES, cpu_speed, even_share
@@ -61,8 +62,9 @@ class SimConfig:
         reload, warm-up); counted as GPU time held, not as progress.
     history_refresh: rebuild the Gittins table after this many completions at most
         (sooner while the history is small: every 25% growth).
-    history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds, or
-        (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`).
+    history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds,
+        (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`), or
+        `Completed` records with their kind for per-kind tables (`gittins_kinds`).
     backfill: when the best pending job can neither start nor preempt, let lower-ranked
         jobs that fit start anyway (first fit, no reservation). False models Slurm's
         sched/builtin: strict priority order, the blocked job holds everyone behind it.
@@ -79,7 +81,7 @@ class SimConfig:
     placement: str = "consolidate"
     restart_overhead_s: float = 30.0
     history_refresh: int = 1000
-    history: list[float | tuple[int, float]] = field(default_factory=list)
+    history: list[float | tuple[int, float] | Completed] = field(default_factory=list)
     backfill: bool = True
     cpus_per_node: int | None = None
     cpu_knees: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_KNEES))
@@ -90,7 +92,8 @@ class SimJob:
         "id", "gpus", "submit", "duration", "model", "user", "partition", "must_consolidate",
         "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
-        "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
+        "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed", "name",
+        "account", "limit",
     )  # fmt: skip
 
     def __init__(
@@ -103,6 +106,8 @@ class SimJob:
             t.duration_s,
         )
         self.model, self.user, self.partition = t.model_tag, t.user, t.partition
+        # its kind: what the conditioned Gittins index reads (never its duration)
+        self.name, self.account, self.limit = t.job_name, t.account, t.time_limit_s
         self.must_consolidate = must_consolidate
         self.progress = 0.0  # work seconds done (at full speed)
         self.attained = 0.0  # GPU-seconds held, before the current stint
@@ -141,6 +146,9 @@ class SimJob:
             model_tag=self.model,
             true_duration_s=self.duration,
             promoted_at_gpu_s=self.promoted_at if self.running else None,
+            job_name=self.name,
+            account=self.account,
+            time_limit_s=self.limit,
         )
 
 
@@ -153,7 +161,8 @@ class Simulator:
         on_pass: Callable[[Simulator, float], None] | None = None,
         progress: Callable[[int, int, float], None] | None = None,
     ) -> None:
-        self.cfg, self.cl = policy, cluster
+        # gittins_index "auto": the whole-job index when this cluster does not preempt
+        self.cfg, self.cl = policy.for_preemption(cluster.preemptive), cluster
         self.on_pass, self.progress = on_pass, progress
         self.idx = FreeIndex(cluster.gpus_per_node)
         for i in range(cluster.nodes):
@@ -172,14 +181,15 @@ class Simulator:
         self.best_pending: tuple = ABOVE_ALL
         self.best_pending_at = -1
         self.running: list = []  # (negated key, key_ver, seq, job): worst on top
-        # GPU-seconds (cluster.history) or (GPUs, GPU-seconds) of completed jobs
-        self.history: deque[float | tuple[int, float]] = deque(
-            cluster.history, maxlen=policy.history_window
+        # GPU-seconds (cluster.history), (GPUs, GPU-seconds) or Completed records (with
+        # the job's kind) of completed jobs
+        self.history: deque[float | tuple[int, float] | Completed] = deque(
+            cluster.history, maxlen=self.cfg.history_window
         )
         self.since_refresh = 0
         self.table: GittinsTable | None = None
         if policy.policy == "gittins" and self.history:
-            self.table = build_table(list(self.history), policy)
+            self.table = build_table(list(self.history), self.cfg)
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.done = 0
@@ -355,6 +365,10 @@ class Simulator:
                 None,
                 job.promoted_at,
                 job.duration,
+                job.user,
+                job.name,
+                job.account,
+                job.limit,
             )
         else:
             key, after = key_and_change(
@@ -371,6 +385,10 @@ class Simulator:
                 job.waiting_since,
                 None,
                 job.duration,
+                job.user,
+                job.name,
+                job.account,
+                job.limit,
             )
         if not wake or key != old:
             job.key = key
@@ -711,7 +729,9 @@ class Simulator:
         job.key_ver += 1
         self.done += 1
         if self.cfg.policy == "gittins":
-            self.history.append((job.gpus, job.attained))
+            self.history.append(
+                Completed(job.gpus, job.attained, job.user, job.name, job.account, job.limit)
+            )
             self.since_refresh += 1
             if self.since_refresh >= max(1, min(self.cl.history_refresh, len(self.history) // 4)):
                 self._refresh_table(now)

@@ -47,6 +47,8 @@ def synth_jobs(n: int, gpus: int, load: float = 1.0, seed: int = 0) -> list[Trac
 
 
 def write_tiresias_csv(jobs: list[TraceJob], out: str | Path | TextIO) -> None:
+    """Tiresias' columns plus the optional user, job_name, time_limit (seconds, empty when
+    unknown) and checkpoint (0/1) that `traces.read_trace` reads back."""
     if isinstance(out, (str, Path)):
         with Path(out).open("w", newline="") as fh:
             write_tiresias_csv(jobs, fh)
@@ -54,6 +56,11 @@ def write_tiresias_csv(jobs: list[TraceJob], out: str | Path | TextIO) -> None:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(
         ["job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval"]
+        + ["user", "job_name", "time_limit", "checkpoint"]
     )
     for j in jobs:
-        w.writerow([j.job_id, j.gpus, j.submit_time, 0, j.model_tag or "", j.duration_s, 0])
+        w.writerow(
+            [j.job_id, j.gpus, j.submit_time, 0, j.model_tag or "", j.duration_s, 0]
+            + [j.user, j.job_name, "" if j.time_limit_s is None else j.time_limit_s]
+            + [int(j.checkpoint)]
+        )

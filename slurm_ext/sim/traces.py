@@ -1,7 +1,9 @@
 """Trace readers: Tiresias CSV, `sacct --parsable2` exports, Alibaba PAI job/task tables.
 
 Every reader yields TraceJob rows. A bad row raises TraceError naming the file and line,
-unless `skip_bad` is set, in which case it is skipped and counted.
+unless `skip_bad` is set, in which case it is skipped and counted. Readers see the file
+through `_Lines`: a line over MAX_LINE_BYTES (so any field), one with a NUL byte or one
+that is not UTF-8 is a bad row like any other, never a traceback.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 FORMATS = ("tiresias", "sacct", "pai")
+MAX_LINE_BYTES = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class TraceJob:
     user: str = ""
     partition: str = ""
     cpus_per_gpu: int | None = None  # cores per GPU asked; None: the cluster's even share
-    time_limit_s: float | None = None  # the limit the user set (Slurm kills the job there); None: unknown
+    time_limit_s: float | None = None  # the user's limit (Slurm kills there); None: unknown
     job_name: str = ""
     account: str = ""
     checkpoint: bool = False  # opted in to requeue: checkpoints and resumes from the last one
@@ -60,15 +63,18 @@ def read_trace(
         raise TraceError(p, 0, "file not found")
     trace = Trace(jobs=[])
     reader = {"tiresias": _tiresias, "sacct": _sacct, "pai": _pai}[fmt]
-    for item in reader(p):
-        if isinstance(item, TraceError):
-            if not skip_bad:
-                raise item
-            trace.skipped += 1
-            if len(trace.problems) < 5:
-                trace.problems.append(str(item))
-        else:
-            trace.jobs.append(item)
+    try:
+        for item in reader(p):
+            if isinstance(item, TraceError):
+                if not skip_bad:
+                    raise item
+                trace.skipped += 1
+                if len(trace.problems) < 5:
+                    trace.problems.append(str(item))
+            else:
+                trace.jobs.append(item)
+    except (csv.Error, OSError) as exc:  # a header csv cannot read: nothing after it can be
+        raise TraceError(p, 0, f"cannot read: {exc}") from exc
     if trace.jobs:
         t0 = min(j.submit_time for j in trace.jobs) if shift else 0.0
         trace.jobs = sorted(
@@ -76,6 +82,64 @@ def read_trace(
             key=lambda j: (j.submit_time, j.job_id),
         )
     return trace
+
+
+class _Lines:
+    """A trace file's text lines, bounded and checked: a line too long, with a NUL byte or
+    not UTF-8 is left out and kept in `errors` (the reader yields them in file order
+    through `_checked`). `line` is the file line number of the last line read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.line, self.errors = path, 0, []
+        self.fh = path.open("rb")
+
+    def __enter__(self) -> _Lines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fh.close()
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            raw = self.fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                raise StopIteration
+            self.line += 1
+            if len(raw) > MAX_LINE_BYTES:
+                while raw and not raw.endswith(b"\n"):  # skip the rest of it, bounded reads
+                    raw = self.fh.readline(MAX_LINE_BYTES)
+                self._bad(f"line longer than {MAX_LINE_BYTES} bytes")
+            elif b"\0" in raw:
+                self._bad("binary data (a NUL byte)")
+            else:
+                try:
+                    return raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self._bad(f"not UTF-8 text (byte {exc.start + 1}: {exc.reason})")
+
+    def _bad(self, message: str) -> None:
+        self.errors.append(TraceError(self.path, self.line, message))
+
+
+def _checked(rows: Iterable, lines: _Lines) -> Iterator:
+    """Rows read from `lines`, with the lines left out (and rows csv refused) as
+    TraceErrors in file order."""
+    it = iter(rows)
+    while True:
+        try:
+            row = next(it)
+        except StopIteration:
+            row = None
+        except csv.Error as exc:
+            row = TraceError(lines.path, lines.line, str(exc))
+        yield from lines.errors
+        lines.errors.clear()
+        if row is None:
+            return
+        yield row
 
 
 def _positive(value: str, what: str, kind: type = float) -> float:
@@ -87,14 +151,20 @@ def _positive(value: str, what: str, kind: type = float) -> float:
 
 def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
     need = ("job_id", "num_gpu", "submit_time", "duration")
-    with path.open(newline="") as fh:
-        rows = csv.DictReader(fh)
+    with _Lines(path) as lines:
+        rows = csv.DictReader(lines)
         missing = [c for c in need if c not in (rows.fieldnames or [])]
+        if lines.errors:  # the header line itself is unreadable
+            yield lines.errors[0]
+            return
         if missing:
             yield TraceError(path, 1, f"missing columns {', '.join(missing)}")
             return
-        for row in rows:
-            line = rows.line_num
+        for row in _checked(rows, lines):
+            if isinstance(row, TraceError):
+                yield row
+                continue
+            line = lines.line
             try:
                 submit = float(row["submit_time"])
                 if not math.isfinite(submit) or submit < 0:
@@ -111,9 +181,22 @@ def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
                         if row.get("cpus_per_gpu")
                         else None
                     ),
+                    job_name=row.get("job_name") or "",
+                    time_limit_s=(
+                        _positive(row["time_limit"], "time_limit")
+                        if row.get("time_limit")
+                        else None
+                    ),
+                    checkpoint=_flag(row.get("checkpoint") or "0", "checkpoint"),
                 )
             except (TypeError, ValueError) as exc:
                 yield TraceError(path, line, str(exc))
+
+
+def _flag(value: str, what: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError(f"{what} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
@@ -123,10 +206,37 @@ def _sacct_time(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
 
+def slurm_duration(value: str) -> float | None:
+    """Slurm's `[days-]hours:minutes:seconds` (or `minutes`, `minutes:seconds`,
+    `days-hours[:minutes]`) in seconds; None for UNLIMITED / Partition_Limit / empty."""
+    v = value.strip()
+    if not v or v.upper() in ("UNLIMITED", "PARTITION_LIMIT", "NONE", "INVALID"):
+        return None
+    days, _, rest = v.rpartition("-")
+    parts = [float(x) for x in rest.split(":")]
+    if days:
+        parts += [0.0] * (3 - len(parts))  # days-hours[:minutes[:seconds]]
+        h, m, sec = parts
+    elif len(parts) == 1:
+        h, m, sec = 0.0, parts[0], 0.0
+    elif len(parts) == 2:
+        h, m, sec = 0.0, parts[0], parts[1]
+    else:
+        h, m, sec = parts
+    out = (float(days or 0) * 24 + h) * 3600 + m * 60 + sec
+    if not math.isfinite(out) or out <= 0:
+        raise ValueError(f"time limit must be > 0, got {value!r}")
+    return out
+
+
 def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
-    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`."""
-    with path.open() as fh:
-        header = fh.readline().rstrip("\n").split("|")
+    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`
+    (optionally Account, Timelimit)."""
+    with _Lines(path) as lines:
+        header = next(lines, "").rstrip("\n").split("|")
+        if lines.errors:  # the header line itself is unreadable
+            yield lines.errors[0]
+            return
         cols = {name: i for i, name in enumerate(header)}
         jid = "JobIDRaw" if "JobIDRaw" in cols else "JobID"
         tres = next((c for c in ("AllocTRES", "ReqTRES") if c in cols), None)
@@ -134,7 +244,11 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
         if missing or tres is None:
             yield TraceError(path, 1, f"missing columns {', '.join(missing or ['AllocTRES'])}")
             return
-        for line, raw in enumerate(fh, start=2):
+        for raw in _checked(lines, lines):
+            if isinstance(raw, TraceError):
+                yield raw
+                continue
+            line = lines.line
             f = raw.rstrip("\n").split("|")
             if not raw.strip():
                 continue
@@ -160,6 +274,11 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
                     model_tag=f[cols["JobName"]] if "JobName" in cols else None,
                     user=f[cols["User"]] if "User" in cols else "",
                     partition=f[cols["Partition"]] if "Partition" in cols else "",
+                    job_name=f[cols["JobName"]] if "JobName" in cols else "",
+                    account=f[cols["Account"]] if "Account" in cols else "",
+                    time_limit_s=(
+                        slurm_duration(f[cols["Timelimit"]]) if "Timelimit" in cols else None
+                    ),
                 )
             except (ValueError, KeyError) as exc:
                 yield TraceError(path, line, str(exc))
@@ -172,13 +291,18 @@ PAI_TASK_COLUMNS = (
 )  # fmt: skip
 
 
-def _pai_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def _pai_rows(
+    path: Path, columns: tuple[str, ...]
+) -> Iterator[tuple[int, dict[str, str]] | TraceError]:
     """PAI tables ship without a header; accept one if present."""
-    with path.open(newline="") as fh:
-        for line, row in enumerate(csv.reader(fh), start=1):
-            if line == 1 and row and row[0] == columns[0]:
+    with _Lines(path) as lines:
+        for row in _checked(csv.reader(lines), lines):
+            if isinstance(row, TraceError):
+                yield row
                 continue
-            yield line, dict(zip(columns, row, strict=False))
+            if lines.line == 1 and row and row[0] == columns[0]:
+                continue
+            yield lines.line, dict(zip(columns, row, strict=False))
 
 
 def _pai(path: Path) -> Iterator[TraceJob | TraceError]:
@@ -193,7 +317,11 @@ def _pai(path: Path) -> Iterator[TraceJob | TraceError]:
         yield TraceError(task_path, 0, "PAI task table not found beside the job table")
         return
     tasks: dict[str, list[float]] = {}  # job -> [gpu percent, start, end]
-    for line, r in _pai_rows(task_path, PAI_TASK_COLUMNS):
+    for item in _pai_rows(task_path, PAI_TASK_COLUMNS):
+        if isinstance(item, TraceError):
+            yield item
+            continue
+        line, r = item
         try:
             if r.get("status") != "Terminated" or not r.get("plan_gpu"):
                 continue
@@ -206,7 +334,11 @@ def _pai(path: Path) -> Iterator[TraceJob | TraceError]:
         t[0] += gpu
         t[1] = min(t[1], start)
         t[2] = max(t[2], end)
-    for line, r in _pai_rows(job_path, PAI_JOB_COLUMNS):
+    for item in _pai_rows(job_path, PAI_JOB_COLUMNS):
+        if isinstance(item, TraceError):
+            yield item
+            continue
+        line, r = item
         t = tasks.get(r.get("job_name", ""))
         if r.get("status") != "Terminated" or t is None or t[0] <= 0:
             continue

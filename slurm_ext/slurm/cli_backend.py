@@ -1,17 +1,25 @@
 """SlurmClient over Slurm's own commands: `squeue --json`, `sinfo --json`, `scontrol`.
 
-For Slurm 21.08 to 24.x, the releases distributions ship (Debian 12: 22.05), which
-pyslurm on PyPI does not build against. Handles both JSON shapes: plain numbers and
-strings (data_parser v0.0.37/38, Slurm <= 22.05) and the {"set","infinite","number"}
-objects and state lists of v0.0.39+ (Slurm >= 23.02).
+Tested live on Slurm 22.05 (Debian 12) and 25.11 (built from source). Handles both JSON
+shapes: plain numbers and strings (data_parser v0.0.37/38, Slurm <= 22.05) and the
+{"set","infinite","number"} objects and state lists of v0.0.39+ (Slurm >= 23.02).
+Where a release's JSON lacks what the service reads, one more command fills it in:
+- `sinfo --json` has per-node records up to 23.x; later releases group nodes (a `sinfo`
+  list), so nodes come from `scontrol --json show nodes` (same field names) instead.
+- `squeue --json` of 25.11 has no `site_factor`; pending jobs' site factors come from
+  `sprio` then (running and held jobs read 0: sprio lists neither).
+- `scontrol suspend/resume` of an unknown job says "Unexpected message received"; the
+  job is then looked up so the caller gets JobNotFound, as for every other write.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from slurm_ext.model import Job, JobState, Node
@@ -25,6 +33,8 @@ from slurm_ext.slurm.client import (
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
 
+log = logging.getLogger("slurm_ext.slurm")
+
 _UNAVAILABLE_HINTS = (
     "Unable to contact slurm controller",
     "Socket timed out",
@@ -33,6 +43,7 @@ _UNAVAILABLE_HINTS = (
     "Communication connection failure",
 )
 BATCH = 500  # scontrol updates fed through one process
+_AMBIGUOUS_HINTS = ("Unexpected message received",)  # suspend/resume of an unknown job
 _NOT_FOUND_HINTS = ("Invalid job id specified", "Job has already finished", "does not exist")
 
 
@@ -53,6 +64,11 @@ def number(value: Any, default: float | None = None) -> float | None:
 def _int(value: Any, default: int = 0) -> int:
     n = number(value)
     return default if n is None else int(n)
+
+
+def _optional_int(value: Any) -> int | None:
+    n = number(value)
+    return None if n is None else int(n)
 
 
 def _time(value: Any) -> float | None:
@@ -84,6 +100,7 @@ class CliSlurmClient:
             self._env["SLURM_CONF"] = slurm_conf
         for var in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SQUEUE_SORT", "SINFO_FORMAT"):
             self._env.pop(var, None)
+        self._nodes_from_scontrol = False  # set once sinfo --json shows the grouped shape
 
     # ---- plumbing -------------------------------------------------------------------
     def _run(self, argv: list[str], stdin: str | None = None) -> str:
@@ -112,16 +129,25 @@ class CliSlurmClient:
             raise SlurmError(cmd, msg)
         return res.stdout
 
-    def _json(self, argv: list[str], key: str) -> list[dict[str, Any]]:
+    def _load(self, argv: list[str]) -> dict[str, Any]:
         out = self._run(argv)
-        cmd = " ".join(argv)
         try:
             data = json.loads(out)
         except json.JSONDecodeError as exc:
             raise SlurmError(
-                cmd, f"malformed JSON from Slurm: {exc} (first bytes: {out[:80]!r})"
+                " ".join(argv), f"malformed JSON from Slurm: {exc} (first bytes: {out[:80]!r})"
             ) from exc
-        if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        if not isinstance(data, dict):
+            raise SlurmError(" ".join(argv), f"JSON is a {type(data).__name__}, not an object")
+        return data
+
+    def _json(
+        self, argv: list[str], key: str, data: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        if data is None:
+            data = self._load(argv)
+        cmd = " ".join(argv)
+        if not isinstance(data.get(key), list):
             raise SlurmError(cmd, f"JSON has no '{key}' list (keys: {sorted(data)[:10]})")
         errors = [e for e in data.get("errors") or [] if e]
         if errors and not data[key]:
@@ -143,10 +169,42 @@ class CliSlurmClient:
         jobs = map_records(
             records, job_from_squeue, "squeue --json", "job record", _record_id("job_id")
         )
-        return [j for j in jobs if j.state.value in wanted]
+        jobs = [j for j in jobs if j.state.value in wanted]
+        if any(isinstance(r, dict) and "site_factor" not in r for r in records) and any(
+            j.state == JobState.PENDING for j in jobs
+        ):
+            factors = self._site_factors()
+            jobs = [replace(j, site_factor=factors.get(j.job_id, 0)) for j in jobs]
+        return jobs
+
+    def _site_factors(self) -> dict[int, int]:
+        """Pending jobs' site factors from `sprio` (for a squeue --json without them)."""
+        try:
+            out = self._run(["sprio", "-h", "-o", "%i|%S"])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:  # e.g. priority/basic: no sprio; factors read 0
+            log.debug("site factors unreadable: %s", exc)
+            return {}
+        factors = {}
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 2 and parts[0].isdigit():
+                try:
+                    factors[int(parts[0])] = int(float(parts[1]))
+                except ValueError:
+                    log.warning("sprio: skipping unreadable line %r", line[:200])
+        return factors
 
     def nodes(self) -> list[Node]:
-        records = self._json(["sinfo", "--json"], "nodes")
+        if self._nodes_from_scontrol:
+            records = self._json(["scontrol", "--json", "show", "nodes"], "nodes")
+        else:
+            data = self._load(["sinfo", "--json"])
+            if "nodes" not in data and isinstance(data.get("sinfo"), list):
+                self._nodes_from_scontrol = True  # >= 24.05: per-group records only
+                return self.nodes()
+            records = self._json(["sinfo", "--json"], "nodes", data)
         out: dict[str, Node] = {}
         for node in map_records(
             records, node_from_sinfo, "sinfo --json", "node record", _record_id("name")
@@ -212,10 +270,26 @@ class CliSlurmClient:
         self._run(["scontrol", "release", str(int(job_id))])
 
     def suspend(self, job_id: int) -> None:
-        self._run(["scontrol", "suspend", str(int(job_id))])
+        self._run_known(["scontrol", "suspend", str(int(job_id))], job_id)
 
     def resume(self, job_id: int) -> None:
-        self._run(["scontrol", "resume", str(int(job_id))])
+        self._run_known(["scontrol", "resume", str(int(job_id))], job_id)
+
+    def _run_known(self, argv: list[str], job_id: int) -> None:
+        """`_run`, turning Slurm's "Unexpected message received" for a job it does not
+        know (suspend/resume) into JobNotFound, after asking whether the job exists."""
+        try:
+            self._run(argv)
+        except (JobNotFound, SlurmUnavailable):
+            raise
+        except SlurmError as exc:
+            if not any(h in exc.message for h in _AMBIGUOUS_HINTS):
+                raise
+            try:
+                self._run(["scontrol", "show", "job", str(int(job_id))])
+            except JobNotFound as gone:
+                raise JobNotFound(exc.command, f"{exc.message} ({gone.message})") from exc
+            raise
 
     def requeue(self, job_id: int) -> None:
         self._run(["scontrol", "requeue", str(int(job_id))])
@@ -272,6 +346,7 @@ def job_from_squeue(rec: dict[str, Any]) -> Job:
         requeue=bool(rec.get("requeue", False)),
         tres_per_node=_text(rec.get("tres_per_node")),
         cpus_per_tres=_text(rec.get("cpus_per_tres")),
+        restart_count=_optional_int(rec.get("restart_cnt")),
     )
 
 

@@ -15,7 +15,7 @@ import time
 from slurm_ext.sim.traces import read_trace
 from slurm_ext.slurm.client import SlurmError, SlurmUnavailable
 
-SACCT_FIELDS = "JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName"
+SACCT_FIELDS = "JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName,Account,Timelimit"
 
 
 def sacct_completions(
@@ -24,8 +24,10 @@ def sacct_completions(
     timeout: float = 120.0,
     bin_dir: str | None = None,
     now: float | None = None,
-) -> list[tuple[int, float, float, float]]:
-    """(job_id, gpu_s, run_s, approximate end time) of GPU jobs that ended in the last `days`.
+) -> list[tuple[int, float, float, float, str, str, str, float | None]]:
+    """(job_id, gpu_s, run_s, approximate end time, user, job name, account, time limit)
+    of GPU jobs that ended in the last `days`: the kind is what the conditioned Gittins
+    index groups by (policy/kinds.py).
 
     Raises SlurmError with sacct's message when accounting is not available.
     """
@@ -62,6 +64,15 @@ def sacct_completions(
     # the reader keeps submit time and run length; end = submit + run underestimates the
     # queue wait, which only shifts the order in which old samples leave the window
     return [
-        (j.job_id, j.gpus * j.duration_s, j.duration_s, j.submit_time + j.duration_s)
+        (
+            j.job_id,
+            j.gpus * j.duration_s,
+            j.duration_s,
+            j.submit_time + j.duration_s,
+            j.user,
+            j.job_name,
+            j.account,
+            j.time_limit_s,
+        )
         for j in trace.jobs
     ]

@@ -2,28 +2,39 @@
 
 pyslurm is an optional extra built against one Slurm release's headers, so it is imported
 lazily in `PySlurmClient.__init__`. The mapping from pyslurm objects to model.Job /
-model.Node is kept in pure functions (`job_from_pyslurm`, `node_from_pyslurm`) that read
-attributes with getattr, so it is tested on recorded pyslurm-shaped records without
-pyslurm installed. It mirrors `cli_backend.job_from_squeue` / `node_from_sinfo`.
+model.Node is pure and lives in pyslurm_mapping.py (re-exported here).
 
-Quirks of pyslurm 25.11.2 this module works around or refuses (read from its source):
-- `Job.tres_per_node/_job/_task` parse the raw string as key=value pairs, so Slurm's
-  `gres/gpu:4` spelling comes back as None; we fall back to the (deprecated)
-  `gres_per_node` dict, then to the job's requested/allocated TRES.
+Tested live on Slurm 25.11.2 with pyslurm 25.11.2 built against it. What pyslurm 25.11.2
+cannot express (read from its source, confirmed live) is done another way, here:
+- `Job.tres_per_node/_job` parse the raw string as key=value pairs, so Slurm's `gres/gpu:4`
+  spelling comes back as None. Per node: the (deprecated) `gres_per_node` dict. Running
+  jobs: the GPUs of `get_resource_layout_per_node()` (pyslurm, from the loaded job).
+  Pending per-job requests (--gpus=N): one `squeue -O JobID,tres-per-job` (command line),
+  only when a pending job shows no GPUs otherwise.
+- `Node.allocated_gres` is empty unless AccountingStorageTRES tracks gres/gpu: nodes'
+  allocated GPUs are summed from the running jobs' layouts (pyslurm).
+- `Job` has no site factor: pending jobs' site factors come from `sprio` (command line).
 - `JobSubmitDescription` skips `nice=0` and `site_factor=0` (falsy), sends empty node
-  lists as "unchanged", and applies `nodes` only on submit, never on modify. Those writes
-  raise SlurmError instead of silently doing nothing.
-- `Job` exposes no site factor when reading, so `Job.site_factor` reads as 0.
+  lists as "unchanged", and applies `nodes` only on submit: those writes go through
+  `scontrol update` (command line).
+- suspend/resume of an unknown job fail with errno 5005 ("Zero Bytes were transmitted"),
+  which also means "slurmctld down"; the job is then looked up (pyslurm) so an unknown
+  job is JobNotFound and only a silent controller SlurmUnavailable.
+The command-line parts use the CLI backend (`CliSlurmClient`, same `slurm_conf`), with the
+Slurm commands on PATH or in `bin_dir`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from slurm_ext.model import Job, JobState, Node
+from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import (
     JobNotFound,
     SlurmError,
@@ -31,214 +42,32 @@ from slurm_ext.slurm.client import (
     map_records,
     write_each,
 )
-from slurm_ext.slurm.gres import job_gpus, parse_gpus
-from slurm_ext.slurm.hostlist import expand_hostlist
+from slurm_ext.slurm.gres import parse_gpus
+from slurm_ext.slurm.pyslurm_mapping import (
+    job_from_pyslurm,
+    layout_gpus,
+    node_from_pyslurm,
+    request_text,
+    translate_error,
+    tres_text,
+)
 
-# Slurm errno values (slurm_errno.h) that mean "slurmctld did not answer".
-_UNAVAILABLE_ERRNOS = frozenset(
-    {
-        1001,  # SLURM_COMMUNICATIONS_CONNECTION_ERROR
-        1002,  # SLURM_COMMUNICATIONS_SEND_ERROR
-        1003,  # SLURM_COMMUNICATIONS_RECEIVE_ERROR
-        1004,  # SLURM_COMMUNICATIONS_SHUTDOWN_ERROR
-        1800,  # SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR
-        1801,  # SLURMCTLD_COMMUNICATIONS_SEND_ERROR
-        1802,  # SLURMCTLD_COMMUNICATIONS_RECEIVE_ERROR
-        1803,  # SLURMCTLD_COMMUNICATIONS_SHUTDOWN_ERROR
-        1804,  # SLURMCTLD_COMMUNICATIONS_BACKOFF
-        1805,  # SLURMCTLD_COMMUNICATIONS_HARD_DROP
-        5004,  # SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT
-        5005,  # SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT
-    }
-)
-_NOT_FOUND_ERRNOS = frozenset({2017, 2021})  # ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE
-# The same words the CLI backend looks for, as a net when errno is missing or unknown.
-_UNAVAILABLE_HINTS = (
-    "Unable to contact slurm controller",
-    "Socket timed out",
-    "Connection refused",
-    "Zero Bytes were transmitted",
-    "Communication connection failure",
-)
-_NOT_FOUND_HINTS = (
-    "Invalid job id specified",
-    "Job has already finished",
-    "already completing or completed",
-    "does not exist",
-)
+__all__ = [
+    "PySlurmClient",
+    "job_from_pyslurm",
+    "layout_gpus",
+    "node_from_pyslurm",
+    "request_text",
+    "translate_error",
+    "tres_text",
+]
+
+log = logging.getLogger("slurm_ext.slurm")
 _INSTALL_HINT = (
     "install slurm-ext[pyslurm] matching your Slurm release "
     "(pyslurm X.Y.* for Slurm X.Y, built against that release's headers), "
     "or use the CLI backend"
 )
-
-
-# ---- pure mapping -------------------------------------------------------------------
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value))
-    return str(value)
-
-
-def _int(value: Any, default: int = 0) -> int:
-    """pyslurm returns None for unset and the string "unlimited" for INFINITE."""
-    if value is None or isinstance(value, bool):
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _time(value: Any) -> float | None:
-    n = _int(value)
-    return float(n) if n else None
-
-
-def _gres_count(value: Any) -> int:
-    """A gres dict value: an int, {"count": n, "indexes": ...}, or a GPU/TRES object."""
-    if isinstance(value, dict):
-        return _int(value.get("count"))
-    if hasattr(value, "count") and not isinstance(value, (int, str)):
-        return _int(value.count)
-    return _int(value)
-
-
-def _gres_items(value: Any) -> list[tuple[str, int]]:
-    """(name[:type], count) pairs from a pyslurm gres dict or TrackableResources.gres."""
-    gres = getattr(value, "gres", value)
-    if not isinstance(gres, dict):
-        return []
-    out = []
-    for key, val in gres.items():
-        name = str(key)
-        for prefix in ("gres/", "gres:"):
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-        out.append((name, _gres_count(val)))
-    return out
-
-
-def request_text(value: Any) -> str:
-    """A per-node/job/task request as Slurm >= 23.02 spells it: `gres/gpu:a100:2`.
-
-    Accepts a raw string (kept), a gres dict (`Job.gres_per_node`) or a
-    TrackableResources-like object with a `.gres` dict.
-    """
-    if value is None or isinstance(value, str):
-        return value or ""
-    return ",".join(f"gres/{name}:{count}" for name, count in _gres_items(value))
-
-
-def tres_text(value: Any) -> str:
-    """Allocated/requested TRES as Slurm spells them: `gres/gpu=2,gres/gpu:a100=2`.
-
-    Only the gres part is kept: that is all the GPU count needs.
-    """
-    if value is None or isinstance(value, str):
-        return value or ""
-    return ",".join(f"gres/{name}={count}" for name, count in _gres_items(value))
-
-
-def job_from_pyslurm(obj: Any) -> Job:
-    """Map one pyslurm.Job (25.11 attribute names) to model.Job, as the CLI backend would."""
-    state = JobState.parse(getattr(obj, "state", None))
-    num_nodes = _int(getattr(obj, "num_nodes", None), 1) or 1
-    tasks = _int(getattr(obj, "ntasks", None), 1) or 1
-    per_node = request_text(getattr(obj, "tres_per_node", None))
-    if not per_node:
-        per_node = request_text(getattr(obj, "gres_per_node", None))
-    running = state in (JobState.RUNNING, JobState.SUSPENDED)
-    gpus, gpus_per_node, gtype = job_gpus(
-        request_text(getattr(obj, "tres_per_job", None)),
-        per_node,
-        request_text(getattr(obj, "tres_per_task", None)),
-        num_nodes,
-        tasks,
-        tres_text(getattr(obj, "allocated_tres", None)) if running else None,
-    )
-    if not gpus:
-        # --gpus / --gpus-per-task requests are invisible in pyslurm 25.11.2's
-        # tres_per_job/_task; the requested TRES still carry the total when
-        # AccountingStorageTRES tracks gres/gpu.
-        gpus, req_type = parse_gpus(tres_text(getattr(obj, "requested_tres", None)))
-        gtype = gtype or req_type
-    limit = _int(getattr(obj, "time_limit", None))
-    reason = _text(getattr(obj, "state_reason", None))
-    prio = _int(getattr(obj, "priority", None))
-    cpus_per_gpu = _int(getattr(obj, "cpus_per_gpu", None))
-    user = _text(getattr(obj, "user_name", None))
-    if not user and getattr(obj, "user_id", None) is not None:
-        user = str(obj.user_id)
-    return Job(
-        job_id=int(obj.id),
-        name=_text(getattr(obj, "name", None)),
-        user=user,
-        account=_text(getattr(obj, "account", None)),
-        partition=_text(getattr(obj, "partition", None)),
-        qos=_text(getattr(obj, "qos", None)),
-        state=state,
-        reason=reason,
-        priority=prio,
-        nice=_int(getattr(obj, "nice", None)),
-        site_factor=_int(getattr(obj, "site_factor", None)),
-        gpus=gpus,
-        gpus_per_node=gpus_per_node,
-        gpu_type=gtype,
-        num_nodes=num_nodes,
-        cpus=_int(getattr(obj, "cpus", None), 1) or 1,
-        submit_time=_time(getattr(obj, "submit_time", None)) or 0.0,
-        start_time=_time(getattr(obj, "start_time", None)) if state != JobState.PENDING else None,
-        end_time=_time(getattr(obj, "end_time", None)) if not state.active else None,
-        time_limit_s=limit * 60.0 if limit else None,
-        nodes=(
-            tuple(expand_hostlist(_text(getattr(obj, "allocated_nodes", None))))
-            if state != JobState.PENDING
-            else ()
-        ),
-        required_nodes=tuple(expand_hostlist(_text(getattr(obj, "required_nodes", None)))),
-        excluded_nodes=tuple(expand_hostlist(_text(getattr(obj, "excluded_nodes", None)))),
-        comment=_text(getattr(obj, "comment", None)),
-        admin_comment=_text(getattr(obj, "admin_comment", None)),
-        held=state == JobState.PENDING and (prio == 0 or reason in ("JobHeldUser", "JobHeldAdmin")),
-        requeue=bool(getattr(obj, "is_requeueable", False)),
-        tres_per_node=per_node,
-        cpus_per_tres=f"gres/gpu:{cpus_per_gpu}" if cpus_per_gpu else "",
-    )
-
-
-def node_from_pyslurm(obj: Any) -> Node:
-    """Map one pyslurm.Node (25.11 attribute names) to model.Node."""
-    gpus, gtype = parse_gpus(request_text(getattr(obj, "configured_gres", None)))
-    # allocated_gres comes from the node's allocated TRES (total and typed share both).
-    used, _ = parse_gpus(tres_text(getattr(obj, "allocated_gres", None)))
-    features = getattr(obj, "active_features", None) or getattr(obj, "available_features", None)
-    return Node(
-        name=_text(obj.name),
-        state=_text(getattr(obj, "state", None) or "UNKNOWN").upper(),
-        cpus=_int(getattr(obj, "total_cpus", None)),
-        cpus_alloc=_int(getattr(obj, "allocated_cpus", None)),
-        gpus=gpus,
-        gpus_alloc=used,
-        gpu_type=gtype,
-        features=tuple(f for f in _text(features).split(",") if f),
-        partitions=tuple(getattr(obj, "partitions", None) or ()),
-    )
-
-
-def translate_error(command: str, exc: BaseException) -> SlurmError:
-    """Turn a pyslurm exception into our error classes, keeping pyslurm's message."""
-    errno = getattr(exc, "errno", None)
-    msg = str(getattr(exc, "msg", None) or exc or type(exc).__name__)
-    if errno is not None and errno not in (0, -1):
-        msg = f"{msg} (slurm errno {errno})"
-    if errno in _NOT_FOUND_ERRNOS or any(h in msg for h in _NOT_FOUND_HINTS):
-        return JobNotFound(command, msg)
-    if errno in _UNAVAILABLE_ERRNOS or any(h in msg for h in _UNAVAILABLE_HINTS):
-        return SlurmUnavailable(command, msg)
-    return SlurmError(command, msg)
 
 
 # ---- RPC shell ----------------------------------------------------------------------
@@ -252,7 +81,7 @@ class PySlurmClient:
     (MessageTimeout in slurm.conf); pyslurm offers no per-call timeout.
     """
 
-    def __init__(self, slurm_conf: str | None = None) -> None:
+    def __init__(self, slurm_conf: str | None = None, bin_dir: str | None = None) -> None:
         previous = os.environ.get("SLURM_CONF")
         if slurm_conf:
             if sys.modules.get("pyslurm") is not None and previous != slurm_conf:
@@ -273,6 +102,8 @@ class PySlurmClient:
             raise SlurmError("import pyslurm", f"{exc}; {_INSTALL_HINT}") from exc
         self._pyslurm = pyslurm
         self.slurm_conf = slurm_conf
+        # for what pyslurm cannot express (module docstring); MessageTimeout bounds it too
+        self._cli = CliSlurmClient(slurm_conf=slurm_conf, bin_dir=bin_dir)
 
     # ---- plumbing -------------------------------------------------------------------
     def _call(self, command: str, fn: Callable[[], Any]) -> Any:
@@ -293,7 +124,16 @@ class PySlurmClient:
 
     def _job_action(self, job_id: int, action: str) -> None:
         job = self._pyslurm.Job(int(job_id))
-        self._call(f"pyslurm.Job({int(job_id)}).{action}()", getattr(job, action))
+        command = f"pyslurm.Job({int(job_id)}).{action}()"
+        try:
+            self._call(command, getattr(job, action))
+        except (JobNotFound, SlurmUnavailable) as exc:
+            if isinstance(exc, SlurmUnavailable):
+                # 25.11 answers suspend/resume of an unknown job with errno 5005: ask
+                # whether the job exists before telling the caller slurmctld is down
+                load = self._pyslurm.Job.load
+                self._call(f"pyslurm.Job.load({int(job_id)})", lambda: load(int(job_id)))
+            raise
 
     # ---- reads ----------------------------------------------------------------------
     def jobs(self, states: Sequence[str] = ("PENDING", "RUNNING", "SUSPENDED")) -> list[Job]:
@@ -306,29 +146,71 @@ class PySlurmClient:
             "job",
             lambda o: getattr(o, "id", None),
         )
-        return [j for j in jobs if j.state.value in wanted]
+        jobs = [j for j in jobs if j.state.value in wanted]
+        pending = [j for j in jobs if j.state == JobState.PENDING]
+        if not pending:
+            return jobs
+        factors = self._cli._site_factors()
+        per_job = self._per_job_requests() if any(not j.gpus for j in pending) else {}
+        out = []
+        for j in jobs:
+            if j.state == JobState.PENDING:
+                gpus, gtype = (j.gpus, j.gpu_type) if j.gpus else per_job.get(j.job_id, (0, None))
+                j = replace(j, site_factor=factors.get(j.job_id, 0), gpus=gpus, gpu_type=gtype)
+            out.append(j)
+        return out
+
+    def _per_job_requests(self) -> dict[int, tuple[int, str | None]]:
+        """Pending jobs' --gpus requests (tres_per_job), which pyslurm 25.11.2 loses."""
+        try:
+            out = self._cli._run(["squeue", "-h", "-t", "PD", "-O", "JobID:|,tres-per-job:|"])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:  # no squeue here: such jobs read 0 GPUs, as before
+            log.warning("pending jobs' --gpus requests unreadable: %s", exc)
+            return {}
+        found: dict[int, tuple[int, str | None]] = {}
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) >= 2 and parts[0].isdigit():
+                try:
+                    gpus, gtype = parse_gpus(parts[1])
+                except ValueError as exc:
+                    log.warning("squeue: skipping unreadable tres-per-job %r: %s", line[:200], exc)
+                    continue
+                if gpus:
+                    found[int(parts[0])] = (gpus, gtype)
+        return found
 
     def nodes(self) -> list[Node]:
         loaded = self._call("pyslurm.Nodes.load()", self._pyslurm.Nodes.load)
-        return map_records(
+        nodes = map_records(
             loaded.values(),
             node_from_pyslurm,
             "pyslurm.Nodes.load()",
             "node",
             lambda o: getattr(o, "name", None),
         )
+        if all(n.gpus_alloc for n in nodes if n.gpus):
+            return nodes
+        # allocated GPUs unknown (gres/gpu not in AccountingStorageTRES): sum the jobs'
+        jobs = self._call("pyslurm.Jobs.load()", self._pyslurm.Jobs.load)
+        used: dict[str, int] = {}
+        for job in jobs.values():
+            state = JobState.parse(getattr(job, "state", None))
+            if state in (JobState.RUNNING, JobState.SUSPENDED):
+                for node, n in layout_gpus(job).items():
+                    used[node] = used.get(node, 0) + n
+        return [replace(n, gpus_alloc=n.gpus_alloc or used.get(n.name, 0)) for n in nodes]
 
     # ---- writes ---------------------------------------------------------------------
     def set_priority(self, job_id: int, priority: int) -> None:
         self._modify(job_id, priority=int(priority))
 
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
-        if int(site_factor) == 0:
-            raise SlurmError(
-                f"pyslurm.Job({int(job_id)}).modify(site_factor=0)",
-                "not supported by this pyslurm: JobSubmitDescription ignores site_factor=0; "
-                "use the CLI backend (scontrol update SiteFactor=0)",
-            )
+        if int(site_factor) == 0:  # JobSubmitDescription drops a 0
+            self._cli.set_site_factor(job_id, 0)
+            return
         self._modify(job_id, site_factor=int(site_factor))
 
     def set_priorities(self, values: Mapping[int, int]) -> dict[int, SlurmError]:
@@ -338,12 +220,9 @@ class PySlurmClient:
         return write_each(self.set_site_factor, values)
 
     def set_nice(self, job_id: int, nice: int) -> None:
-        if int(nice) == 0:
-            raise SlurmError(
-                f"pyslurm.Job({int(job_id)}).modify(nice=0)",
-                "not supported by this pyslurm: JobSubmitDescription ignores nice=0; "
-                "use the CLI backend (scontrol update Nice=0)",
-            )
+        if int(nice) == 0:  # JobSubmitDescription drops a 0
+            self._cli.set_nice(job_id, 0)
+            return
         self._modify(job_id, nice=int(nice))
 
     def set_placement(
@@ -353,23 +232,13 @@ class PySlurmClient:
         excluded_nodes: Sequence[str] | None = None,
         num_nodes: int | None = None,
     ) -> None:
-        command = f"pyslurm.Job({int(job_id)}).modify(placement)"
-        unsupported = []
-        if num_nodes is not None:
-            unsupported.append(
-                "num_nodes (pyslurm applies JobSubmitDescription.nodes on submit only)"
-            )
-        if required_nodes is not None and not required_nodes:
-            unsupported.append("clearing required_nodes (pyslurm sends an empty list as unchanged)")
-        if excluded_nodes is not None and not excluded_nodes:
-            unsupported.append("clearing excluded_nodes (pyslurm sends an empty list as unchanged)")
-        if unsupported:
-            raise SlurmError(
-                command,
-                "not supported by this pyslurm: "
-                + "; ".join(unsupported)
-                + "; use the CLI backend",
-            )
+        clears = (required_nodes is not None and not required_nodes) or (
+            excluded_nodes is not None and not excluded_nodes
+        )
+        if num_nodes is not None or clears:
+            # pyslurm sends empty lists as "unchanged" and node counts on submit only
+            self._cli.set_placement(job_id, required_nodes, excluded_nodes, num_nodes)
+            return
         fields: dict[str, list[str]] = {}
         if required_nodes:
             fields["required_nodes"] = list(required_nodes)

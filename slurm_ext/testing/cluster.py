@@ -5,7 +5,9 @@ logs, fake GPU device files, a private munge socket and key), ports are picked f
 every daemon is our child process, stopped by its PID. Nothing already running on the
 machine is touched, so several clusters can run side by side.
 
-Needs Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh).
+Needs Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh), or a
+Slurm installed under a prefix (`prefix=`, e.g. 25.11 from scripts/install-slurm2511.sh):
+every program is looked up by `LocalCluster.binary`, the prefix first.
 """
 
 from __future__ import annotations
@@ -14,11 +16,35 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slurm_ext.slurm.factory import parse_version
+
+# Where scripts/install-slurm2511.sh records the Slurm 25.11 prefix it built (repo-relative).
+SLURM2511_PREFIX_FILE = Path(__file__).resolve().parents[2] / ".venv" / "slurm2511-prefix"
+
+
+def slurm2511_prefix() -> tuple[Path | None, str]:
+    """The built Slurm 25.11 prefix ($SLURM_EXT_SLURM2511_PREFIX, else the one the install
+    script recorded), or (None, why not) so tests can skip saying why."""
+    text = os.environ.get("SLURM_EXT_SLURM2511_PREFIX", "")
+    if not text and SLURM2511_PREFIX_FILE.exists():
+        text = SLURM2511_PREFIX_FILE.read_text().strip()
+    if not text:
+        return None, (
+            "Slurm 25.11 is not built: run scripts/install-slurm2511.sh (needs the "
+            "Slurm 25.11.2 source tarball) or set SLURM_EXT_SLURM2511_PREFIX"
+        )
+    prefix = Path(text)
+    if not (prefix / "sbin" / "slurmctld").exists():
+        return None, f"no sbin/slurmctld under Slurm 25.11 prefix {prefix}"
+    return prefix, f"Slurm 25.11 at {prefix}"
+
 
 SLURM_CONF = """\
 ClusterName={cluster_name}
@@ -103,8 +129,10 @@ class LocalCluster:
     root: Path | None = None
     job_submit_lua: str | None = None  # Lua source; enables JobSubmitPlugins=lua
     extra_conf: str = ""
+    prefix: Path | None = None  # a Slurm installation; None: Debian's programs on PATH
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _owns_root: bool = field(default=False, repr=False)
+    _version: tuple[int, int] | None = field(default=None, repr=False)
 
     # ---- layout -------------------------------------------------------------------
     @property
@@ -117,10 +145,49 @@ class LocalCluster:
         return self.root / "etc" / "slurm.conf"
 
     @property
+    def bin_dir(self) -> str | None:
+        """Where this cluster's client commands live (CliSlurmClient(bin_dir=...)); None: PATH."""
+        return str(self.prefix / "bin") if self.prefix is not None else None
+
+    def binary(self, name: str) -> str:
+        """The program `name` (slurmctld, slurmd, slurmdbd, munged, sinfo...): from the
+        prefix's sbin/ or bin/ when it has one, else PATH or /usr/sbin (munge is Debian's)."""
+        if self.prefix is not None:
+            for sub in ("sbin", "bin"):
+                path = self.prefix / sub / name
+                if path.exists():
+                    return str(path)
+        found = shutil.which(name) or (
+            f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None
+        )
+        if found is None:
+            where = f"under {self.prefix} or " if self.prefix is not None else ""
+            raise ClusterError(
+                f"{name} not found {where}on PATH: install Debian's slurmctld slurmd "
+                "slurm-client munge (scripts/install-deps.sh)"
+            )
+        return found
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """The (major, minor) of the slurmctld this cluster runs."""
+        if getattr(self, "_version", None) is None:
+            out = subprocess.run(
+                [self.binary("slurmctld"), "-V"], capture_output=True, text=True, timeout=30
+            ).stdout
+            version = parse_version(out)
+            if version is None:
+                raise ClusterError(f"cannot read the Slurm version from slurmctld -V: {out!r}")
+            self._version = version
+        return self._version
+
+    @property
     def env(self) -> dict[str, str]:
         """Environment for Slurm client commands aimed at this cluster."""
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.conf_path)
+        if self.prefix is not None:
+            env["PATH"] = f"{self.prefix}/bin:{self.prefix}/sbin:{env.get('PATH', '')}"
         env.pop("SQUEUE_FORMAT", None)
         env.pop("SQUEUE_SORT", None)
         return env
@@ -133,11 +200,7 @@ class LocalCluster:
     # ---- lifecycle ----------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> LocalCluster:
         for tool in ("munged", "slurmctld", "slurmd", "sinfo"):
-            if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
-                raise ClusterError(
-                    f"{tool} not found: install Debian's slurmctld slurmd slurm-client munge "
-                    "(scripts/install-deps.sh)"
-                )
+            self.binary(tool)  # ClusterError naming what is missing
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="slurm-ext-cluster-"))
             self._owns_root = True
@@ -149,7 +212,7 @@ class LocalCluster:
             for name in self.node_names:
                 self._spawn(
                     f"slurmd-{name}",
-                    ["slurmd", "-D", "-f", str(self.conf_path), "-N", name],
+                    [self.binary("slurmd"), "-D", "-f", str(self.conf_path), "-N", name],
                 )
             self.wait_idle(timeout)
         except BaseException:
@@ -165,7 +228,7 @@ class LocalCluster:
         for name in self.node_names:
             (root / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
         for i in range(self.gpus_per_node):
-            (root / "dev" / f"gpu{i}").touch()
+            self._fake_gpu(root / "dev" / f"gpu{i}")
         ports = _free_ports(self.nodes + 1)
         self.ctld_port, node_ports = ports[0], ports[1:]
         node_lines = "\n".join(
@@ -197,6 +260,22 @@ class LocalCluster:
             GRES_CONF.format(node_range=node_range, root=root, last_gpu=self.gpus_per_node - 1)
         )
 
+    def _fake_gpu(self, path: Path) -> None:
+        """A GPU device file for gres.conf: a plain file is enough for 22.05; later slurmd
+        wants a character device, so it gets one with /dev/null's numbers (1, 3)."""
+        if path.exists() or path.is_symlink():
+            return
+        if self.version < (23, 2):
+            path.touch()
+            return
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError as exc:
+            raise ClusterError(
+                f"Slurm {self.version[0]}.{self.version[1]:02d} needs character devices for "
+                f"fake GPUs and mknod {path} was refused (run as root): {exc}"
+            ) from exc
+
     def _start_munge(self) -> None:
         root = self.root
         assert root is not None
@@ -208,7 +287,7 @@ class LocalCluster:
         self._spawn(
             "munged",
             [
-                "munged",
+                self.binary("munged"),
                 "--foreground",
                 "--force",
                 f"--socket={root}/munge/munge.socket",
@@ -227,7 +306,7 @@ class LocalCluster:
 
     def start_slurmctld(self) -> None:
         """Start (or restart after stop_slurmctld) the controller."""
-        self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
+        self._spawn("slurmctld", [self.binary("slurmctld"), "-D", "-f", str(self.conf_path)])
 
     def stop_slurmctld(self) -> None:
         self._terminate("slurmctld")

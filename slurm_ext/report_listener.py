@@ -1,0 +1,357 @@
+"""The service's one HTTP listener: `GET /metrics` and signed `POST /v1/reports`.
+
+Anyone who can reach the port is hostile until the signature says otherwise, so every
+cost a client can cause is bounded before the body is read: one event-loop thread holds
+all connections (a stalled client costs a socket and a small buffer, not a thread), at
+most `max_connections` are open at once (more get 503 and are closed), the request line
+and headers must arrive within `header_timeout_s` and fit `max_header_bytes`, the
+signature header must have the shape of one, the body must be at most `max_body` bytes
+and arrive within `body_timeout_s`, and at most `max_large_bodies` bodies over
+`small_body` bytes are read at once. Only complete, well-formed requests reach the
+`workers` threads that verify, decode and store. See docs/admin-guide.md, "Failure modes".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from nodeagent.report import (
+    NODE_HEADER,
+    REPORTS_PATH,
+    SIGNATURE_HEADER,
+    JobReport,
+    decode_batch,
+    node_key,
+    node_name_ok,
+    signature_shape_ok,
+    verify,
+)
+from slurm_ext.model import JobState
+
+log = logging.getLogger("slurm_ext.service")
+
+# job id -> the nodes Slurm ran it on, or None when Slurm no longer knows the job;
+# raises OSError (or SlurmError) when Slurm cannot be asked
+JobNodes = Callable[[set[int]], dict[int, tuple[str, ...] | None]]
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """Bounds on what one client, or all of them together, can make the listener hold."""
+
+    max_connections: int = 128
+    max_header_bytes: int = 16 * 1024
+    header_timeout_s: float = 10.0
+    max_body: int = 1024 * 1024  # an agent's batch is ~0.5 KB per job
+    small_body: int = 64 * 1024
+    max_large_bodies: int = 4
+    body_timeout_s: float = 30.0
+    workers: int = 4  # threads that verify, decode and store complete requests
+    sent_at_window_s: float = 600.0  # |service clock - body's sent_at| allowed
+
+    def memory_bound(self) -> int:
+        """Bytes of request data held at most: headers and small bodies of every open
+        connection plus the large bodies in flight."""
+        return (
+            self.max_connections * (2 * self.max_header_bytes + self.small_body)
+            + self.max_large_bodies * self.max_body
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    body: bytes
+    ctype: str = "text/plain; charset=utf-8"
+
+
+class ReportListener:
+    """Runs the listener on its own event-loop thread; `shutdown()` stops it."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics,
+        secret: bytes | None,
+        on_reports: Callable[[list[JobReport]], int],
+        job_nodes: JobNodes | None = None,
+        limits: ListenerLimits | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.metrics = metrics
+        self.secret = secret
+        self.on_reports = on_reports
+        self.job_nodes = job_nodes
+        self.limits = limits or ListenerLimits()
+        self.wall = wall
+        self.open_connections = 0
+        self._large = 0
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, port), family=family, backlog=128)
+        self.server_address = self._sock.getsockname()
+        self.server_port = self.server_address[1]
+        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="slurm-ext-req")
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slurm-ext-http", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, sock=self._sock, limit=self.limits.max_header_bytes)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+        self._server.close()
+        self._loop.run_until_complete(self._server.wait_closed())
+        self._loop.close()
+
+    def shutdown(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def server_close(self) -> None:  # the ThreadingHTTPServer name, for callers of either
+        self.shutdown()
+
+    # ---- one connection ------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        lim = self.limits
+        if self.open_connections >= lim.max_connections:
+            self._refuse("busy")
+            await self._send(writer, Outcome(503, b"too many connections, retry later\n"))
+            return
+        self.open_connections += 1
+        large = False
+        try:
+            try:
+                async with asyncio.timeout(lim.header_timeout_s):
+                    head = await reader.readuntil(b"\r\n\r\n")
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                self._refuse("timeout" if isinstance(exc, TimeoutError) else "headers")
+                if not isinstance(exc, asyncio.IncompleteReadError):
+                    await self._send(writer, Outcome(408, b"incomplete request head\n"))
+                return
+            request = _parse_head(head)
+            if request is None:
+                self._refuse("headers")
+                await self._send(writer, Outcome(400, b"malformed request head\n"))
+                return
+            method, path, headers = request
+            if method == "GET" and path == "/metrics":
+                text = await self._in_pool(generate_latest, self.metrics.registry)
+                await self._send(writer, Outcome(200, text, CONTENT_TYPE_LATEST))
+                return
+            if method != "POST" or path != REPORTS_PATH:
+                await self._send(writer, Outcome(404, b"not found\n"))
+                return
+            peer = str((writer.get_extra_info("peername") or ("?",))[0])
+            early = self._check_before_body(headers, peer)
+            if isinstance(early, Outcome):
+                await self._send(writer, early)
+                return
+            length = early
+            if length > lim.small_body:
+                if self._large >= lim.max_large_bodies:
+                    self._refuse("busy")
+                    await self._send(writer, Outcome(503, b"busy, retry later\n"))
+                    return
+                self._large += 1
+                large = True
+            try:
+                async with asyncio.timeout(lim.body_timeout_s):
+                    body = await reader.readexactly(length)
+            except (TimeoutError, asyncio.IncompleteReadError) as exc:
+                self._refuse("timeout" if isinstance(exc, TimeoutError) else "incomplete")
+                return
+            if large:
+                self._large -= 1
+                large = False
+            signature = headers[SIGNATURE_HEADER.lower()]
+            node = headers.get(NODE_HEADER.lower(), "")
+            out = await self._in_pool(self._process, body, signature, node, peer)
+            await self._send(writer, out)
+        except ConnectionError:
+            pass
+        finally:
+            self.open_connections -= 1
+            if large:
+                self._large -= 1
+            writer.close()
+
+    def _check_before_body(self, headers: dict[str, str], peer: str) -> Outcome | int:
+        """What can be refused without reading the body; else the body's length."""
+        if self.secret is None:
+            self._refuse("no_secret")
+            return Outcome(503, b"reports disabled: service has no report_secret_file\n")
+        raw = headers.get("content-length", "")
+        length = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 19 else -1
+        if not 0 < length <= self.limits.max_body:
+            self._refuse("size")
+            code = 413 if length > self.limits.max_body else 411
+            return Outcome(code, b"bad content length\n")
+        node = headers.get(NODE_HEADER.lower())
+        if node is not None and not node_name_ok(node):
+            self._refuse("headers")
+            return Outcome(400, f"bad {NODE_HEADER} header\n".encode())
+        if not signature_shape_ok(headers.get(SIGNATURE_HEADER.lower())):
+            self._refuse("signature")
+            log.warning("refused reports from %s: bad or missing signature", peer)
+            return Outcome(401, b"bad signature\n")
+        return length
+
+    async def _in_pool(self, fn, *args):
+        return await self._loop.run_in_executor(self._pool, fn, *args)
+
+    async def _send(self, writer: asyncio.StreamWriter, out: Outcome) -> None:
+        head = (
+            f"HTTP/1.1 {out.code} {_REASONS.get(out.code, 'Error')}\r\n"
+            f"Content-Type: {out.ctype}\r\nContent-Length: {len(out.body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode()
+        writer.write(head + out.body)
+        try:
+            async with asyncio.timeout(self.limits.header_timeout_s):
+                await writer.drain()  # a client that never reads cannot hold us
+        except (TimeoutError, ConnectionError):
+            pass
+        writer.close()
+
+    def _refuse(self, reason: str) -> None:
+        self.metrics.reports_refused.labels(reason=reason).inc()
+
+    # ---- a complete request, on a worker thread -------------------------------------------
+    def _process(self, body: bytes, signature: str, node: str, peer: str) -> Outcome:
+        """Signed with the shared secret (any node name), or with the key of the node
+        the header names (`node_key`: then the body must name that node too)."""
+        assert self.secret is not None
+        by_node = False
+        if not verify(body, self.secret, signature):
+            by_node = bool(node) and verify(body, node_key(self.secret, node), signature)
+            if not by_node:
+                self._refuse("signature")
+                log.warning("refused reports from %s: bad or missing signature", peer)
+                return Outcome(401, b"bad signature\n")
+        try:
+            batch = decode_batch(body)
+        except ValueError as exc:
+            self._refuse("malformed")
+            return Outcome(400, f"malformed reports: {exc}\n".encode())
+        if by_node and batch.node != node:
+            self._refuse("signature")
+            log.warning("refused reports from %s: %s's key signed node %r", peer, node, batch.node)
+            return Outcome(401, b"the body names another node than the key that signed it\n")
+        skew = self.wall() - batch.sent_at
+        if not abs(skew) <= self.limits.sent_at_window_s:
+            self._refuse("stale")
+            log.warning("refused reports from %s: sent_at %.0f s off this clock", batch.node, skew)
+            return Outcome(403, b"sent_at outside the accepted window (check clocks)\n")
+        try:
+            reports, foreign = self._bound_to_node(batch.node, batch.reports)
+        except Exception as exc:  # Slurm could not say where the jobs ran: retry later
+            log.error("cannot check where reported jobs ran: %s", exc)
+            self._refuse("slurm")
+            return Outcome(503, b"cannot check the jobs' nodes now, retry later\n")
+        try:
+            n = self.on_reports(reports) if reports else 0
+        except Exception as exc:  # the store failed: tell the agent to retry later
+            log.error("could not store %d reports: %s", len(reports), exc)
+            self._refuse("store")
+            return Outcome(503, b"store unavailable, retry later\n")
+        self.metrics.reports.inc(len(reports))
+        doc = f'{{"accepted": {n}, "refused_jobs": {sorted(foreign)}}}\n'
+        return Outcome(200, doc.encode(), "application/json")
+
+    def _bound_to_node(
+        self, node: str, reports: list[JobReport]
+    ) -> tuple[list[JobReport], set[int]]:
+        """Keep reports for jobs Slurm ran on `node` (or no longer knows); a job Slurm ran
+        elsewhere is refused, counted and logged, and the rest of the batch is kept."""
+        if self.job_nodes is None or not reports:
+            return reports, set()
+        where = self.job_nodes({r.job_id for r in reports})
+        foreign = {
+            r.job_id
+            for r in reports
+            if (nodes := where.get(r.job_id)) is not None and node not in nodes
+        }
+        if foreign:
+            self.metrics.reports_refused.labels(reason="node").inc(len(foreign))
+            log.warning(
+                "refused reports from %s for jobs %s: Slurm ran them elsewhere",
+                node,
+                sorted(foreign),
+            )
+        return [r for r in reports if r.job_id not in foreign], foreign
+
+
+class SlurmJobNodes:
+    """`JobNodes` from one `squeue` for every job Slurm still holds, cached `cache_s` so
+    a report storm from many nodes asks Slurm at most once per `cache_s`. A job with no
+    nodes (pending, requeued) or unknown to Slurm is None: not checkable, accepted."""
+
+    def __init__(self, client, cache_s: float = 5.0) -> None:
+        self.client = client
+        self.cache_s = cache_s
+        self._lock = threading.Lock()
+        self._nodes: dict[int, tuple[str, ...]] = {}
+        self._at = float("-inf")
+
+    def __call__(self, job_ids: set[int]) -> dict[int, tuple[str, ...] | None]:
+        with self._lock:
+            age = time.monotonic() - self._at
+            if age >= self.cache_s or (age >= 1.0 and not job_ids <= set(self._nodes)):
+                jobs = self.client.jobs(states=_ALL_STATES)
+                self._nodes = {j.job_id: tuple(j.nodes) for j in jobs if j.nodes}
+                self._at = time.monotonic()
+            return {j: self._nodes.get(j) for j in job_ids}
+
+
+_ALL_STATES = tuple(s.value for s in JobState)
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Payload Too Large",
+    503: "Service Unavailable",
+}
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]] | None:
+    """(method, path without query, lower-cased headers) or None when malformed."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
+        return None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            return None
+        headers[name.lower()] = value.strip()
+    return parts[0], parts[1].split("?")[0], headers

@@ -1,0 +1,209 @@
+"""A pause never outlives the agent: real processes in real Slurm-like cgroups, frozen by
+a real agent process that is then killed with SIGKILL mid-report; a state file that is
+truncated or holds keys from another version still lets the next start thaw the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from test_agent_loop import MOUNTS, Clock, _paused_agent, make_agent
+
+from nodeagent.gpu import SimulatedGpuReader
+from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during
+
+
+def runs(pid: int) -> bool:
+    """A busy process got CPU: tolerant of a shared 2-core machine (a frozen one gets 0)."""
+    return cpu_used_during([pid], 1.0) > 0.02
+
+
+GIB = 2**30
+
+
+@pytest.fixture
+def cg():
+    if "freezer" not in MOUNTS.v1 and MOUNTS.v2 is None:
+        pytest.skip("no cgroup freezer of either version on this kernel")
+    c = (
+        SlurmLikeCgroups(1, MOUNTS.v1["freezer"])
+        if "freezer" in MOUNTS.v1
+        else SlurmLikeCgroups(2, MOUNTS.v2)
+    )
+    yield c
+    c.close()
+
+
+def frozen(c: SlurmLikeCgroups, job: int) -> bool:
+    d = c.step_dir(job)
+    if c.version == 1:
+        return (d.parent / "freezer.state").read_text().strip() == "FROZEN"
+    return "frozen 1" in (d / "cgroup.events").read_text()
+
+
+def agent_config(tmp: Path, placement: Path, url: str) -> Path:
+    cfg = tmp / "agent.toml"
+    secret = tmp / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    cfg.write_text(
+        f'node_name = "n1"\ninterval_s = 0.3\nstate_file = "{tmp / "state.json"}"\n'
+        f'[gpu]\nbackend = "simulated"\nsimulated_count = 1\n'
+        f'simulated_processes_file = "{placement}"\n'
+        f'[energy]\nrapl_root = "{tmp / "no-rapl"}"\n'
+        "[exporter]\nenabled = false\n"
+        f'[report]\nenabled = true\nservice_url = "{url}"\nsecret_file = "{secret}"\n'
+        f'interval_s = 60\ntimeout_s = 60\nspool_dir = "{tmp / "spool"}"\n'
+        '[jobs]\nsource = "environ"\n'
+        '[colocation]\nopportunistic_qos = ["scavenger"]\nmemory_high = 0.5\n'
+    )
+    return cfg
+
+
+def test_kill_9_while_the_report_hangs_leaves_a_record_and_thaw_resumes_the_job(tmp_path, cg):
+    g_pid = cg.start(801, BUSY)
+    o_pid = cg.start(802, BUSY, env={"SLURM_JOB_QOS": "scavenger"})
+    placement = tmp_path / "placement.json"
+    placement.write_text(
+        json.dumps(
+            [
+                {"pid": g_pid, "gpu": 0, "memory_bytes": 50 * GIB, "sm_util": 0.9},
+                {"pid": o_pid, "gpu": 0, "memory_bytes": 10 * GIB, "sm_util": 0.3},
+            ]
+        )
+    )
+    # a "service" that takes the connection and never answers: the report POST hangs
+    hang = socket.create_server(("127.0.0.1", 0), backlog=8)
+    cfg = agent_config(tmp_path, placement, f"http://127.0.0.1:{hang.getsockname()[1]}")
+    log = open(tmp_path / "agent.log", "ab")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent.cli", "run", "--config", str(cfg)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: frozen(cg, 802), timeout=30, what="the opportunistic job frozen")
+        time.sleep(0.5)  # the agent is now inside its report POST
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(10)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(10)
+        hang.close()
+    assert frozen(cg, 802)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert [p["job_id"] for p in state["paused"]] == [802]
+
+    res = subprocess.run(
+        [sys.executable, "-m", "nodeagent.cli", "thaw", "--config", str(cfg), "--wait", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert not frozen(cg, 802)
+    assert runs(o_pid)  # runs again
+    assert json.loads((tmp_path / "state.json").read_text())["paused"] == []
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.6, 0.9])
+def test_a_truncated_state_file_still_thaws_the_job(tmp_path, cg, keep):
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    agent, o_pid = _paused_agent(tmp_path, cg, clock, sim)
+    path = tmp_path / "state.json"
+    text = path.read_text()
+    path.write_text(text[: max(int(len(text) * keep), text.index("]}") + 2)])
+    del agent  # a crash, then a start with the damaged file
+    again = make_agent(tmp_path, clock, sim)
+    assert again.paused == {}
+    assert runs(o_pid)
+
+
+def test_unknown_keys_and_garbage_do_not_stop_recovery(tmp_path, cg, caplog):
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    agent, o_pid = _paused_agent(tmp_path, cg, clock, sim)
+    path = tmp_path / "state.json"
+    doc = json.loads(path.read_text())
+    doc["accounts"][0]["from_a_newer_version"] = 1
+    doc["accounts"].append({"job_id": "x", "first_seen": []})
+    doc["solo_util"] = ["not", "a", "mapping"]
+    doc["paused"].append({"job_id": 5, "method": "rm -rf", "targets": []})
+    doc["something_new"] = {"a": 1}
+    path.write_text(json.dumps(doc))
+    del agent
+    again = make_agent(tmp_path, clock, sim)
+    assert again.paused == {}
+    assert runs(o_pid)
+    assert 601 in again.accounts  # the readable account is kept
+    assert "from_a_newer_version" in caplog.text and "solo_util unreadable" in caplog.text
+
+
+def test_a_pause_that_cannot_be_recorded_is_not_made(tmp_path, cg):
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    g_pid = cg.start(611)
+    o_pid = cg.start(612, BUSY, env={"SLURM_JOB_QOS": "scavenger"})
+    sim.assign(g_pid, 0, GIB, 0.9)
+    agent = make_agent(tmp_path, clock, sim)
+    agent.step()
+    state_dir = tmp_path / "ro"
+    state_dir.mkdir()
+    agent.config.state_file = str(state_dir / "state.json")
+    os.chmod(state_dir, 0o500)
+    try:
+        if os.access(state_dir, os.W_OK):  # root ignores the mode: use a path under a file
+            agent.config.state_file = str(tmp_path / "state.json" / "x")
+        clock.t += 5
+        sim.assign(o_pid, 0, GIB, 0.5)
+        sim.assign(g_pid, 0, GIB, 0.3)
+        agent.step()
+        assert agent.paused == {}
+        assert runs(o_pid)
+    finally:
+        os.chmod(state_dir, 0o700)
+
+
+def test_the_unit_thaws_after_any_stop_within_its_stop_timeout():
+    unit = (Path(__file__).parents[1] / "etc" / "slurm-ext-agent.service").read_text()
+    post = [line for line in unit.splitlines() if line.startswith("ExecStopPost=")]
+    assert len(post) == 1 and " thaw " in post[0] and "--config" in post[0]
+    wait = float(post[0].split("--wait ")[1].split()[0])
+    stop = float(
+        next(x for x in unit.splitlines() if x.startswith("TimeoutStopSec=")).split("=")[1]
+    )
+    assert wait < stop  # systemd would kill the thaw before it gave up on Slurm
+
+
+def test_one_agent_per_state_file_and_no_thaw_beside_a_running_agent(tmp_path):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'node_name = "n1"\ninterval_s = 0.5\nstate_file = "{tmp_path / "state.json"}"\n'
+        '[gpu]\nbackend = "none"\n[exporter]\nenabled = false\n[jobs]\nsource = "environ"\n'
+    )
+    cli = [sys.executable, "-m", "nodeagent.cli"]
+    agent = subprocess.Popen([*cli, "run", "--config", str(cfg)], stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: (tmp_path / "state.json").exists(), timeout=30, what="agent running")
+        for argv in (["run", "--once"], ["thaw", "--wait", "0"]):
+            res = subprocess.run(
+                [*cli, *argv, "--config", str(cfg)], capture_output=True, text=True, timeout=60
+            )
+            assert res.returncode == 2 and "state.json.lock" in res.stderr, res.stderr
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+    res = subprocess.run(
+        [*cli, "thaw", "--wait", "0", "--config", str(cfg)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr  # the agent is gone: the lock with it

@@ -1,0 +1,201 @@
+"""The store under contention (issue 15, items 8, 13 and 15): one service per store, a
+bounded WAL whatever a reader holds, and a clear refusal when a non-admin pins.
+Real SQLite files, real processes, a real unprivileged user (nobody)."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_ext.model import Job, JobState, Node
+from slurm_ext.service import Service, ServiceConfig
+from slurm_ext.store import WAL_LIMIT_BYTES, JobRecord, Store
+from slurm_ext.testing.replay import ReplayClient
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
+
+
+def service_toml(tmp_path: Path) -> Path:
+    """A service whose Slurm is unreachable: it keeps running and backing off."""
+    path = tmp_path / "service.toml"
+    path.write_text(
+        f'interval_s = 0.5\nstore = "{tmp_path / "s.db"}"\nport = 0\nhistory_source = "store"\n'
+        f'[slurm]\nbackend = "cli"\nslurm_conf = "{tmp_path / "absent.conf"}"\ntimeout_s = 2\n'
+    )
+    return path
+
+
+def test_a_second_service_on_one_store_says_why_and_exits_3(tmp_path):
+    config = service_toml(tmp_path)
+    log = open(tmp_path / "first.log", "wb")
+    first = subprocess.Popen([*SLURM_EXT, "serve", "--config", str(config)], stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "s.db.lock").exists() or not (tmp_path / "s.db").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "first did not start"
+            time.sleep(0.1)
+        time.sleep(0.5)
+        try:
+            second = subprocess.run([*SLURM_EXT, "serve", "--config", str(config)],
+                                    capture_output=True, text=True, timeout=20)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.fail("a second service on the same store kept running")
+        assert second.returncode == 3, second.stderr
+        assert f"pid {first.pid}" in second.stderr and "s.db.lock" in second.stderr
+        assert first.poll() is None  # the first one goes on
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGTERM)
+            first.wait(20)
+        log.close()
+    # the lock dies with its holder: the next service starts (its --once pass then fails
+    # on the unreachable Slurm, status 1, not 3)
+    again = subprocess.run([*SLURM_EXT, "serve", "--once", "--config", str(config)],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert again.returncode == 1, again.stderr
+
+
+def test_systemd_does_not_restart_a_config_error_or_a_second_instance():
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(REPO / "etc" / "slurm-ext.service")
+    statuses = unit["Service"]["RestartPreventExitStatus"].split()
+    assert {"2", "3"} <= set(statuses) and unit["Service"]["Restart"] == "on-failure"
+
+
+def _records(n: int, value: float) -> list[JobRecord]:
+    return [
+        JobRecord(
+            job_id=j,
+            user="u" * 40,
+            partition="gpu",
+            name="n" * 60,
+            model_tag=None,
+            gpus=1,
+            submit_time=value,
+            closed_gpu_s=value,
+            closed_run_s=value,
+            last_run_s=0.0,
+            run_start=None,
+            waiting_since=value,
+            last_seen=value,
+            state="PENDING",
+            done=False,
+        )  # fmt: skip
+        for j in range(n)
+    ]
+
+
+def test_the_wal_is_truncated_once_a_reader_lets_go_and_a_reader_never_stalls_a_pass(
+    tmp_path,
+):
+    cfg = ServiceConfig(store=str(tmp_path / "s.db"), port=0, history_source="store")
+    store = Store(cfg.store)
+    client = ReplayClient([Job(1, state=JobState.PENDING, gpus=1)], [Node("n1", gpus=4)])
+    svc = Service(cfg, client, store)
+    svc.run_pass(100.0)
+    reader = sqlite3.connect(f"file:{cfg.store}?mode=ro", uri=True)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM jobs").fetchone()  # holds its snapshot
+    for i in range(30):
+        store.save_jobs(_records(3000, float(i)))
+    held = store.wal_bytes()
+    assert held > 2 * WAL_LIMIT_BYTES  # a held snapshot does grow it (SQLite cannot help)
+    t0 = time.monotonic()
+    svc.run_pass(200.0)
+    assert time.monotonic() - t0 < 5  # the checkpoint does not wait for the reader
+    reader.commit()
+    reader.close()
+    svc.run_pass(300.0)
+    assert store.wal_bytes() <= WAL_LIMIT_BYTES, (held, store.wal_bytes())
+    assert len(Store(cfg.store, readonly=True).jobs()) == 3000  # nothing lost
+
+
+def test_a_cli_snapshot_releases_the_store_when_it_ends(tmp_path):
+    writer = Store(tmp_path / "s.db")
+    writer.save_jobs(_records(10, 1.0))
+    reader = Store(tmp_path / "s.db", readonly=True)
+    with reader.snapshot():
+        assert len(reader.jobs()) == 10
+        writer.save_jobs(_records(10, 2.0))
+        assert not writer.checkpoint()  # held while the block runs
+    assert writer.checkpoint() and writer.wal_bytes() == 0
+
+
+def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
+    py, runuser = shutil.which("python3", path="/usr/bin"), shutil.which("runuser")
+    if py is None or runuser is None:
+        pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
+    import click
+    import toml
+
+    root = Path(tempfile.mkdtemp(prefix="slurm-ext-pin-"))  # pytest's tmp dirs are 0700
+    try:
+        code = root / "code"
+        for pkg in (REPO / "slurm_ext", REPO / "nodeagent", *(
+                Path(m.__file__).parent if m.__file__.endswith("__init__.py")
+                else Path(m.__file__) for m in (click, toml))):  # fmt: skip
+            dest = code / pkg.name
+            if pkg.is_dir():
+                shutil.copytree(pkg, dest, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(pkg, dest)
+        state = root / "state"
+        state.mkdir()
+        Store(state / "service.db").close()
+        config = root / "service.toml"
+        config.write_text(f'store = "{state / "service.db"}"\n')
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        results = {}
+        for cmd in ("pin", "unpin"):
+            probe = f"from slurm_ext.service_cli import {cmd}; {cmd}(['--config', {str(config)!r}, '42'])"
+            results[cmd] = subprocess.run(
+                [runuser, "-u", "nobody", "--", py, "-c", probe],
+                env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        for cmd, res in results.items():
+            assert res.returncode == 1, (cmd, res.stderr)
+            assert "Traceback" not in res.stderr, (cmd, res.stderr)
+            assert re.search(r"cannot write the store .*service\.db", res.stderr), res.stderr
+        assert Store(state / "service.db", readonly=True).pins() == set()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_pin_by_the_admin_still_works(tmp_path):
+    config = tmp_path / "service.toml"
+    config.write_text(f'store = "{tmp_path / "s.db"}"\n')
+    env = dict(os.environ)
+    res = subprocess.run([*SLURM_EXT, "pin", "--config", str(config), "7"], env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0 and Store(tmp_path / "s.db", readonly=True).pins() == {7}
+
+
+def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        (tmp_path / "b").mkdir()
+        config = service_toml(tmp_path / "b")
+        config.write_text(config.read_text().replace("port = 0", f"port = {port}"))
+        res = subprocess.run([*SLURM_EXT, "serve", "--config", str(config)],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
+    assert f"127.0.0.1:{port}" in res.stderr and "holds the port" in res.stderr
