@@ -13,13 +13,15 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices, positive
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobView, Node
-from slurm_ext.policy import PolicyConfig, place, rank
+from slurm_ext.policy import PolicyConfig, network_sensitive, place, rank
+from slurm_ext.policy.placement import consolidate_for
+from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold_jobs, persisted_fields
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
@@ -148,6 +150,57 @@ def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
         account=job.account,
         time_limit_s=job.time_limit_s,
     )
+
+
+def preemption_victims(
+    decisions: Sequence[Decision],
+    by_id: dict[int, Job],
+    nodes: Sequence[Node],
+    pins: Collection[int],
+    now: float,
+    policy: PolicyConfig,
+    placement_mode: str,
+) -> tuple[int | None, list[int]]:
+    """The best waiting job and the running jobs to requeue for it, worst first.
+
+    Eligible: Slurm may requeue it (--requeue) and it opted in (`checkpoint=1`), not
+    pinned, past min_run_s. A running job's GPUs per node: its per-node request, else its
+    GPUs spread evenly over its nodes (Slurm's JSON carries no per-node split).
+    """
+    waiting = [d for d in decisions if by_id[d.job_id].pending and not by_id[d.job_id].held]
+    if not waiting:
+        return None, []
+    top, top_rank = by_id[waiting[0].job_id], waiting[0].rank
+    free = {n.name: n.gpus_free for n in nodes if n.schedulable}
+    below = []
+    for d in reversed(decisions):
+        job = by_id[d.job_id]
+        if d.rank <= top_rank or not job.running:
+            continue
+        below.append(
+            RunningJob(
+                job.job_id,
+                tuple((n, g) for n, g in _per_node(job) if n in free),
+                job.requeue and parse_hints(job.comment).checkpoint,
+                now - (job.start_time if job.start_time is not None else now),
+                job.job_id in pins,
+            )
+        )
+    model = parse_hints(top.comment).model
+    want = WaitingJob(
+        top.job_id, top.gpus, consolidate_for(placement_mode, network_sensitive(model))
+    )
+    capacity = max((n.gpus for n in nodes), default=0)
+    return top.job_id, choose_victims(want, below, free, capacity, policy.min_run_s)
+
+
+def _per_node(job: Job) -> list[tuple[str, int]]:
+    if not job.nodes:
+        return []
+    if job.gpus_per_node:
+        return [(n, job.gpus_per_node) for n in job.nodes]
+    share, extra = divmod(job.gpus, len(job.nodes))
+    return [(n, share + (1 if i < extra else 0)) for i, n in enumerate(job.nodes)]
 
 
 def plan_placements(
@@ -447,35 +500,21 @@ class Service:
         nodes: Sequence[Node],
         pins: set[int],
     ) -> None:
-        """Requeue opted-in running jobs that rank below the best waiting job it can't fit."""
-        free = sum(n.gpus_free for n in nodes)
-        waiting = [
-            by_id[d.job_id]
-            for d in decisions
-            if by_id[d.job_id].pending and not by_id[d.job_id].held
-        ]
-        if not waiting or waiting[0].gpus <= free:
-            return
-        top = waiting[0]
-        top_rank = next(d.rank for d in decisions if d.job_id == top.job_id)
-        now = time.time()
-        victims = [
-            by_id[d.job_id]
-            for d in reversed(decisions)
-            if d.rank > top_rank
-            and by_id[d.job_id].running
-            and by_id[d.job_id].requeue
-            and parse_hints(by_id[d.job_id].comment).checkpoint
-            and d.job_id not in pins
-            and now - (by_id[d.job_id].start_time or now) >= self.config.policy.min_run_s
-        ]
-        for victim in victims[: self.config.max_requeues_per_pass]:
-            if free >= top.gpus:
-                break
-            if self._write(res, self.client.requeue, victim.job_id):
-                res.requeued.append(victim.job_id)
-                free += victim.gpus
-                log.info("requeued job %d (rank below waiting job %d)", victim.job_id, top.job_id)
+        """Requeue the opted-in running jobs the preemption rule picks for the best
+        waiting job (`policy.preemption.choose_victims`, as the simulator does)."""
+        top, victims = preemption_victims(
+            decisions,
+            by_id,
+            nodes,
+            pins,
+            time.time(),
+            self.config.policy,
+            self.config.placement_mode,
+        )
+        for job_id in victims[: self.config.max_requeues_per_pass]:
+            if self._write(res, self.client.requeue, job_id):
+                res.requeued.append(job_id)
+                log.info("requeued job %d (rank below waiting job %d)", job_id, top)
 
     # ---- loop ------------------------------------------------------------------------
     def stop(self) -> None:

@@ -49,8 +49,10 @@ def test_compare_table_and_plot(tmp_path):
     )
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert "vs FIFO" in lines[0] and [ln.split()[0] for ln in lines[1:]] == ["fifo", "las", "srtf"]
-    assert lines[1].split()[2] == "1.000"  # FIFO against itself
+    names = [ln.split()[0] for ln in lines[1:]]
+    assert "vs Slurm" in lines[0] and names == ["slurm-alone", "fifo", "las", "srtf"]
+    assert lines[1].split()[2] == "1.000"  # Slurm alone against itself
+    assert lines[2].split()[3] == "1.000"  # FIFO against itself
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -120,3 +122,66 @@ def test_bad_cpu_options_are_clear_errors(tmp_path):
     csv.write_text("job_id,num_gpu,submit_time,duration,cpus_per_gpu\n1,1,0,10,0\n")
     r = run(simulate, ["--trace", str(csv), "--cpus-per-node", "8"])
     assert r.exit_code == 1 and "bad.csv:2: cpus_per_gpu must be > 0" in r.output
+
+
+def test_scheduler_and_backfill_options(tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text(
+        "job_id,num_gpu,submit_time,duration,time_limit\n"
+        "1,2,0,500,1000\n"  # blocks the 4-GPU job until its limit (t=1000) for Slurm
+        "2,4,1,100,200\n"
+        "3,1,2,1000,2000\n"  # would delay job 2's reservation: waits under slurm
+    )
+    base = ["--trace", str(csv), "--nodes", "1", "--gpus-per-node", "4", "--policy", "fifo"]
+    out = {}
+    for sched in ("slurm", "greedy", "strict"):
+        r = run(simulate, [*base, "--scheduler", sched, "--json"])
+        assert r.exit_code == 0, r.output
+        out[sched] = json.loads(r.output)
+    for key in ("timeouts", "requeues", "lost_work_gpu_s", "preemptions"):
+        assert key in out["slurm"]
+    # slurm: 1 0..500, 2 500..600, 3 600..1600; greedy: 3 starts at 2 and delays 2 to 1002
+    assert out["slurm"]["makespan_s"] == 1600.0 and out["greedy"]["makespan_s"] == 1102.0
+    r = run(simulate, [*base, "--bf-window", "0.5", "--bf-max-job-test", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    r = run(simulate, [*base, "--pass-interval", "60", "--checkpoint-interval", "600", "--json"])
+    assert r.exit_code == 0, r.output
+
+
+def test_bad_scheduler_options_are_clear_errors():
+    base = ["--trace", TRACE, "--nodes", "1", "--gpus-per-node", "8"]
+    for opt, bad in (
+        ("--scheduler", "fair"),
+        ("--bf-window", "0"),
+        ("--bf-interval", "-1"),
+        ("--bf-max-job-test", "0"),
+        ("--bf-resolution", "x"),
+        ("--pass-interval", "-5"),
+        ("--checkpoint-interval", "-1"),
+        ("--preemptible-fraction", "1.5"),
+        ("--seed", "one"),
+    ):
+        r = run(simulate, [*base, opt, bad])
+        assert r.exit_code == 2 and opt in r.output, (opt, r.output)
+
+
+def test_compare_reports_slurm_alone_first():
+    r = run(
+        simulate,
+        [
+            "--trace",
+            TRACE,
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "8",
+            "--compare",
+            "gittins",
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["compare"]
+    assert [x["policy"] for x in rows] == ["slurm-alone", "fifo", "gittins"]
+    assert rows[0]["vs_slurm"] == 1.0 and rows[0]["preemptions"] == 0
+    assert all("vs_slurm" in x and "vs_fifo" in x for x in rows)

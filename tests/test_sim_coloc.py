@@ -158,3 +158,68 @@ def test_wide_opportunistic_jobs_wait_for_whole_gpus_by_default():
     sim.run()
     assert sim.opp_jobs[0].first_start == 0.0 and sim.shard_starts == 1
     assert sim.opp_jobs[0].finish == pytest.approx(1000 / (1 - 0.05 * 0.3))
+
+
+def test_time_limit_kills_a_guaranteed_job_that_sharing_slowed():
+    """Slurm ends a stint at its time limit however it ran. The light pair of the first
+    test under the Slurm scheduler, the guaranteed job limited to 1010 s: alone it ends at
+    1000 s; shared it runs at 0.98 (1020.4 s needed) and is killed at 1010 s. The
+    opportunistic job then runs alone: 1010 s at 0.98 leaves 10.2 s, done at 1020.2 s."""
+    prof = {1: JobProfile(0.4, 0.3), 2: JobProfile(0.4, 0.3)}
+    trace = [
+        TraceJob(1, 1, 0.0, 1000.0, model_tag="a", time_limit_s=1010.0),
+        TraceJob(2, 1, 0.0, 1000.0, model_tag="b", opportunistic=True, time_limit_s=7200.0),
+    ]
+    out = run_pair(trace, FIFO, ONE_GPU, ShareConfig(), prof)
+    assert out["slurm_alone"]["timeouts"] == 0 and out["shared"]["timeouts"] == 1
+    assert out["shared"]["guaranteed_avg_jct_s"] == pytest.approx(1010.0)
+    assert out["shared"]["opportunistic_avg_jct_s"] == pytest.approx(1010 + 1000 - 1010 * 0.98)
+    sim = SharingSimulator(trace, FIFO, ONE_GPU, ShareConfig(), prof)
+    sim.run()
+    assert sim.jobs[0].timed_out and not sim.opp_jobs[0].timed_out
+    # a paused job is killed at its limit too: shards only, compute-bound pair, the
+    # opportunistic job first (limit 500 s) is paused when the guaranteed one lands
+    prof = {1: JobProfile(0.99, 0.1), 2: JobProfile(0.99, 0.1)}
+    trace = [
+        TraceJob(1, 1, 100.0, 1000.0, model_tag="a", time_limit_s=7200.0),
+        TraceJob(2, 1, 0.0, 1000.0, model_tag="b", opportunistic=True, time_limit_s=500.0),
+    ]
+    sim = SharingSimulator(trace, FIFO, ONE_GPU, ShareConfig(whole_gpus=False), prof)
+    sim.run()
+    assert sim.pauses == {2: 1} and sim.opp_jobs[0].finish == pytest.approx(500.0)
+    assert sim.opp_jobs[0].timed_out and sim.jobs[0].finish == pytest.approx(1100.0)
+
+
+def test_sharing_under_slurm_backfill():
+    """Slurm's backfill pass starts jobs in the shared run as in Slurm alone, and the
+    agents see them at once. One node of 2 GPUs: job 1 (1 GPU, limit 1000 s) runs from 0;
+    job 2 (2 GPUs) waits for it, reserved at 1000 s; job 3 (1 GPU, 500 s, limit 600 s)
+    fits before the reservation and is backfilled at the first tick, 30 s. Opportunistic
+    job 4 (compute-bound, shards only) does not fit job 1's memory and took a shard of the
+    idle GPU at 5 s; job 3 lands
+    beside it with no solo level, so the agent pauses job 4 at 30 s: job 3 is never slowed
+    (ends at 530 s), job 4 resumes then."""
+    prof = {
+        1: JobProfile(0.3, 0.8),
+        2: JobProfile(0.3, 0.2),
+        3: JobProfile(0.99, 0.2),
+        4: JobProfile(0.99, 0.2),
+    }
+    trace = [
+        TraceJob(1, 1, 0.0, 1000.0, model_tag="a", time_limit_s=1000.0),
+        TraceJob(2, 2, 1.0, 100.0, model_tag="b", time_limit_s=200.0),
+        TraceJob(3, 1, 2.0, 500.0, model_tag="c", time_limit_s=600.0),
+        TraceJob(4, 1, 5.0, 100.0, model_tag="d", opportunistic=True, time_limit_s=3600.0),
+    ]
+    two = SimConfig(nodes=1, gpus_per_node=2, preemptive=False)
+    assert two.scheduler == "slurm"
+    share = ShareConfig(whole_gpus=False, max_shard_gpus=0)
+    sim = SharingSimulator(trace, FIFO, two, share, prof)
+    sim.run()
+    j = {x.id: x for x in [*sim.jobs, *sim.opp_jobs]}
+    assert j[3].first_start == pytest.approx(30.0) and j[3].finish == pytest.approx(530.0)
+    assert j[2].first_start == pytest.approx(1000.0)
+    assert sim.unjudged == 1 and sim.pauses == {4: 1}
+    # job 4 ran 25 s alone before the pause, 75 s after 530 s
+    assert j[4].finish == pytest.approx(530.0 + 75.0)
+    assert sim.timeouts == 0

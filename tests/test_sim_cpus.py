@@ -91,9 +91,9 @@ def test_backfill_passes_a_job_blocked_by_cores_alone():
         job(2, submit=1.0, duration=100.0, cpus=40),
         job(3, submit=2.0, duration=50.0, cpus=10),
     ]
-    cl = SimConfig(nodes=1, gpus_per_node=4, cpus_per_node=40)
+    cl = SimConfig(nodes=1, gpus_per_node=4, cpus_per_node=40, scheduler="greedy")
     assert finish_times(Simulator(trace, FIFO, cl).run()) == {1: 1000.0, 2: 1100.0, 3: 52.0}
-    strict = replace(cl, backfill=False)  # C waits behind B, then for B's cores
+    strict = replace(cl, scheduler="strict")  # C waits behind B, then for B's cores
     assert finish_times(Simulator(trace, FIFO, strict).run()) == {
         1: 1000.0,
         2: 1100.0,

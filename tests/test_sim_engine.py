@@ -291,14 +291,14 @@ def test_strict_fifo_never_starts_a_later_job_before_the_head():
     """`fifo-strict` in benchmarks/bench_sim.py (Tiresias' `fifo`, YARN-CS): no backfill,
     no preemption. Jobs start in submission order; with backfill some jump ahead."""
     trace = synth_jobs(400, 16, load=1.1, seed=5)
-    cl = SimConfig(nodes=2, gpus_per_node=8, backfill=False, preemptive=False)
+    cl = SimConfig(nodes=2, gpus_per_node=8, scheduler="strict", preemptive=False)
     sim = Simulator(trace, PolicyConfig(policy="fifo"), cl)
     jobs = sorted(sim.run(), key=lambda j: (j.submit, j.id))
     starts = [j.first_start for j in jobs]
     assert starts == sorted(starts)
     assert sim.preemptions == 0 and all(j.stints == 1 for j in jobs)
     bf = sorted(
-        Simulator(trace, PolicyConfig(policy="fifo"), replace(cl, backfill=True)).run(),
+        Simulator(trace, PolicyConfig(policy="fifo"), replace(cl, scheduler="greedy")).run(),
         key=lambda j: (j.submit, j.id),
     )
     assert any(b.first_start < a.first_start for a, b in zip(bf, bf[1:], strict=False))

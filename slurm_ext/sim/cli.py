@@ -18,8 +18,9 @@ from slurm_ext.policy import POLICIES, PolicyConfig
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.cpus import DEFAULT_KNEES
-from slurm_ext.sim.engine import SimConfig
+from slurm_ext.sim.engine import SCHEDULERS, SimConfig
 from slurm_ext.sim.report import plot_cdf, table
+from slurm_ext.sim.run import compare as run_compare
 from slurm_ext.sim.run import simulate as run_one
 from slurm_ext.sim.synth import synth_jobs, write_tiresias_csv
 from slurm_ext.sim.traces import FORMATS, TraceError, read_trace
@@ -84,10 +85,71 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
 )
 @click.option("--preemptive/--no-preemptive", default=True, show_default=True)
 @click.option(
-    "--backfill/--no-backfill",
-    default=True,
+    "--scheduler",
+    type=click.Choice(SCHEDULERS),
+    default="slurm",
     show_default=True,
-    help="Let lower-ranked jobs start past a blocked one.",
+    help="slurm: Slurm's main scheduler + sched/backfill with reservations from time "
+    "limits; greedy: lower-ranked jobs that fit start past a blocked one (no "
+    "reservations); strict: stop at the first job that does not fit.",
+)
+@click.option(
+    "--bf-window",
+    type=click.FloatRange(min=0, min_open=True),
+    default=86400.0,
+    show_default=True,
+    help="Seconds ahead backfill reserves for (Slurm's bf_window, which is in minutes).",
+)
+@click.option(
+    "--bf-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds between backfill passes (bf_interval).",
+)
+@click.option(
+    "--bf-max-job-test",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Pending jobs one backfill pass looks at (bf_max_job_test).",
+)
+@click.option(
+    "--bf-resolution",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds reservation times are rounded to (bf_resolution).",
+)
+@click.option(
+    "--pass-interval",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds between the policy's passes (the service's interval_s): re-ranking and "
+    "preemption happen at its multiples; 0: at every event.",
+)
+@click.option(
+    "--preemptible-fraction",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Share of jobs that may be preempted (seeded draw).  [default: the trace's "
+    "checkpoint flags if it has any, else every job]",
+)
+@click.option(
+    "--checkpoint-interval",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds of work between a job's checkpoints: a preempted job loses the work "
+    "since its last one (lost_work_gpu_s); 0: nothing lost.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the time limits given to jobs without one and of --preemptible-fraction.",
 )
 @click.option(
     "--placement",
@@ -158,7 +220,10 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
-    "--compare", default=None, help="Comma-separated policies to compare (FIFO added for ratios)."
+    "--compare",
+    default=None,
+    help="Comma-separated policies to compare; a Slurm-alone row (FIFO, --scheduler slurm, "
+    "--no-preemptive) comes first for vs_slurm, FIFO is added for vs_fifo.",
 )
 @click.option("--plot", type=click.Path(), default=None, help="Write a JCT CDF PNG.")
 def simulate(
@@ -170,7 +235,15 @@ def simulate(
     policy,
     config_path,
     preemptive,
-    backfill,
+    scheduler,
+    bf_window,
+    bf_interval,
+    bf_max_job_test,
+    bf_resolution,
+    pass_interval,
+    preemptible_fraction,
+    checkpoint_interval,
+    seed,
     placement,
     restart_overhead,
     history_path,
@@ -199,17 +272,28 @@ def simulate(
         raise click.ClickException(f"{trace_path}: no usable jobs")
     if trace.skipped:
         click.echo(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}", err=True)
-    cluster = SimConfig(
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        preemptive=preemptive,
-        backfill=backfill,
-        placement=placement,
-        restart_overhead_s=restart_overhead,
-        history=_read_history(history_path) if history_path else [],
-        cpus_per_node=cpus_per_node,
-        cpu_knees={**DEFAULT_KNEES, **_parse_knees(cpu_knees)},
-    )
+    try:
+        cluster = SimConfig(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            preemptive=preemptive,
+            scheduler=scheduler,
+            placement=placement,
+            restart_overhead_s=restart_overhead,
+            history=_read_history(history_path) if history_path else [],
+            cpus_per_node=cpus_per_node,
+            cpu_knees={**DEFAULT_KNEES, **_parse_knees(cpu_knees)},
+            bf_window_s=bf_window,
+            bf_interval_s=bf_interval,
+            bf_max_job_test=bf_max_job_test,
+            bf_resolution_s=bf_resolution,
+            pass_interval_s=pass_interval,
+            checkpoint_interval_s=checkpoint_interval,
+            preemptible_fraction=preemptible_fraction,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     if share:
         _share(
             trace.jobs,
@@ -234,20 +318,16 @@ def simulate(
     if compare and "fifo" not in names:
         names.insert(0, "fifo")
     progress = _progress() if len(trace.jobs) >= 5000 else None
-    rows, runs = [], {}
-    for name in names:
-        try:
-            row, jobs = run_one(trace.jobs, replace(cfg, policy=name), cluster, progress)
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from exc
-        row["skipped_rows"] = trace.skipped
-        rows.append(row)
-        runs[name] = jobs
-    by = {r["policy"]: r for r in rows}
+    try:
+        if compare:
+            rows, runs = run_compare(trace.jobs, names, cfg, cluster, progress)
+        else:
+            row, jobs = run_one(trace.jobs, cfg, cluster, progress)
+            rows, runs = [row], {cfg.policy: jobs}
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     for r in rows:
-        for ref in ("fifo", "srtf"):
-            if ref in by and by[ref]["avg_jct_s"] > 0:
-                r[f"vs_{ref}"] = r["avg_jct_s"] / by[ref]["avg_jct_s"]
+        r["skipped_rows"] = trace.skipped
     if plot:
         plot_cdf(runs, plot)
     if as_json:

@@ -41,7 +41,7 @@ from slurm_ext.sim.coloc_model import (
     profile_of,
     work_at,
 )
-from slurm_ext.sim.engine import FINISH, WAKE, SimConfig, SimJob, Simulator
+from slurm_ext.sim.engine import FINISH, INF, WAKE, SimConfig, SimJob, Simulator
 from slurm_ext.sim.sharing import JobProfile, speeds
 from slurm_ext.sim.traces import TraceJob
 
@@ -160,6 +160,9 @@ class SharingSimulator(Simulator):
             job.finish = now
             job.run_ver += 1
             job.key_ver += 1
+            if job.killed:
+                job.timed_out = True
+                self.timeouts += 1
             if self.share.whole_gpus:
                 self.done += 1  # the engine counts it: it was in its trace
         else:
@@ -176,8 +179,16 @@ class SharingSimulator(Simulator):
             return
         super()._rekey(job, now, wake)
 
-    def _pass(self, now: float) -> None:
-        super()._pass(now)
+    def _pass(self, now: float, policy_acts: bool = True) -> None:
+        super()._pass(now, policy_acts)
+        self._settle(now)
+
+    def _backfill(self, now: float) -> None:
+        super()._backfill(now)  # Slurm's backfill pass (scheduler "slurm") starts jobs too
+        self._settle(now)
+
+    def _settle(self, now: float) -> None:
+        """After the engine started jobs: agents look, shards are filled, speeds follow."""
         self._advance(now)
         self._agents()  # a new guaranteed job is sampled alone first
         self._place_opportunistic(now)
@@ -221,8 +232,12 @@ class SharingSimulator(Simulator):
             self.on_shards.add(job)
             self.shard_starts += 1
             job.running = True
+            job.killed = False
             job.key_ver += 1  # its entry in the engine's queue goes stale
             self.pending_ver += 1
+            if self.share.whole_gpus:
+                self.n_pending -= 1  # the engine counted it pending
+                self.bf_changed = True
             job.start = now
             if job.first_start is None:
                 job.first_start = now
@@ -457,6 +472,12 @@ class SharingSimulator(Simulator):
             tr.p0 = self._progress(job, now)
             tr.t0, tr.rate, tr.speed = now, rate, s
             job.run_ver += 1
+            end = INF
             if rate > 0:
-                left = max(0.0, job.duration - tr.p0)
-                self._push_event(max(now, tr.from_t) + left / rate, FINISH, job, job.run_ver)
+                end = max(now, tr.from_t) + max(0.0, job.duration - tr.p0) / rate
+            # Slurm ends a stint at its time limit however slow (or paused) it ran
+            kill = job.start + job.limit if self.slurm and job.limit is not None else INF
+            job.killed = kill < end
+            end = min(end, kill)
+            if end < INF:
+                self._push_event(max(now, end), FINISH, job, job.run_ver)

@@ -1,7 +1,11 @@
 """Co-location against Slurm alone on the same trace, in one call: both runs and ratios.
 
-"Slurm alone" is the unchanged engine with every job on whole GPUs; "shared" is
-`SharingSimulator`. Both are charged by the same power model over their own run (first
+"Slurm alone" is the unchanged engine with every job on whole GPUs, in the Slurm-alone
+setting of `--compare` (FIFO, `--scheduler slurm`, no preemption: `run.slurm_alone`);
+"shared" is `SharingSimulator` with the policy and cluster given (for sharing's effect
+alone, give the same: `--policy fifo --no-preemptive`). Under the Slurm scheduler both
+runs read the same trace with the same time limits (`run.with_limits`), and a stint
+that outlives its limit (sharing slows it) is killed, as Slurm would. Both are charged by the same power model over their own run (first
 submit to last completion, idle GPUs at idle power): alone, a GPU with a job draws
 idle + dynamic x the job's utilisation, so its energy is a sum over jobs; shared, the
 simulator integrates each GPU's power as it changes. `held_kwh_...` counts only GPUs
@@ -21,6 +25,7 @@ from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.engine import SimConfig, SimJob, Simulator
 from slurm_ext.sim.metrics import percentile
+from slurm_ext.sim.run import slurm_alone, with_limits
 from slurm_ext.sim.sharing import JobProfile
 from slurm_ext.sim.traces import TraceJob
 
@@ -53,6 +58,7 @@ def run_pair(
     """Slurm alone and shared on the same trace; returns both and their ratios.
     `profiles`: job id -> profile for the jobs it names (others drawn from share.mix)."""
     t0 = time.perf_counter()
+    trace = with_limits(trace, cluster)
     power = share.power
     n_gpus = cluster.nodes * cluster.gpus_per_node
     work_gpu_h = sum(t.gpus * t.duration_s for t in trace) / 3600.0
@@ -61,7 +67,8 @@ def run_pair(
 
     sim = SharingSimulator(trace, policy, cluster, share, profiles)
     prof = sim.profile
-    alone_jobs = Simulator(trace, policy, cluster).run()
+    alone_sim = Simulator(trace, replace(policy, policy="fifo"), slurm_alone(cluster))
+    alone_jobs = alone_sim.run()
     span = max(j.finish for j in alone_jobs) - start  # type: ignore[type-var]
     run_s = {j.id: j.executed for j in alone_jobs}
     busy_gpu_s = sum(prof[t.job_id].util * t.gpus * run_s[t.job_id] for t in trace)
@@ -82,6 +89,7 @@ def run_pair(
             f"opportunistic_{k}": v
             for k, v in _jct([j for j in alone_jobs if j.id in opp_ids]).items()
         },
+        "timeouts": alone_sim.timeouts,
         "runtime_s": time.perf_counter() - t0,
     }
 
@@ -102,6 +110,7 @@ def run_pair(
             f"guaranteed_{k}": v for k, v in _jct([j for j in sim.jobs if j not in sim.opp]).items()
         },
         **{f"opportunistic_{k}": v for k, v in _jct(sim.opp_jobs).items()},
+        "timeouts": sim.timeouts,
         "guaranteed_stretch_p50": percentile(stretch, 50),
         "guaranteed_stretch_p99": percentile(stretch, 99),
         "guaranteed_stretch_max": stretch[-1] if stretch else 1.0,

@@ -1,12 +1,16 @@
 """Event-driven cluster simulator that schedules with the policy core.
 
-Events (a heap): arrivals, completions, and wake-ups when a job's priority key changes on
-its own (queue threshold or Gittins grid crossed, protection over, starvation promotion),
-as `policy.key_change_after` says. After each batch of same-time events one pass walks
-the pending jobs best key first: a job starts if `choose_gpus` finds it room; otherwise,
-when preemptive, the worst-ranked running jobs below it are preempted until it fits
-(victims it does not need are left running). A job that can neither fit nor preempt is
-skipped for this pass (smaller, lower-ranked jobs may still start).
+Events (a heap): arrivals, completions (or time-limit kills), wake-ups when a job's
+priority key changes on its own (queue threshold or Gittins grid crossed, protection
+over, starvation promotion, as `policy.key_change_after` says), and the ticks of the
+policy's pass interval and of Slurm's backfill pass. After each batch of same-time
+events one pass walks the pending jobs best key first: a job starts if `choose_gpus`
+finds it room; otherwise, when preemptive, the rule `policy.preemption.choose_victims`
+picks the running jobs to requeue so that it fits. What happens to a job that can
+neither fit nor preempt depends on `SimConfig.scheduler`: "greedy" skips it (smaller,
+lower-ranked jobs may still start), "strict" and "slurm" (Slurm's main scheduler) end
+the pass there; "slurm" then lets its backfill pass (`sim.scheduler`, `sim.backfill`)
+start lower-ranked jobs that delay no reservation.
 
 Optional CPU dimension (`SimConfig.cpus_per_node`): a job also needs cores, its GPUs on a
 node x its cores per GPU, and runs at the speed those cores give its model
@@ -24,10 +28,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from math import nextafter
 from operator import itemgetter
@@ -45,114 +49,23 @@ from slurm_ext.policy import (
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.placement import consolidate_for, min_nodes
 from slurm_ext.policy.ranking import key_and_change, starved
-from slurm_ext.sim.cpus import DEFAULT_KNEES, cpu_speed, even_share
+from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
+from slurm_ext.sim.cpus import cpu_speed, even_share
+from slurm_ext.sim.scheduler import SlurmPasses
+from slurm_ext.sim.simjob import SCHEDULERS, SimConfig, SimJob
 from slurm_ext.sim.traces import TraceJob
 
-FINISH, ARRIVE, WAKE = 0, 1, 2  # same-time order: free GPUs first
+# same-time order: free GPUs first, then arrivals, key changes, the policy's and Slurm's ticks
+FINISH, ARRIVE, WAKE, POLICY_TICK, BF_TICK = 0, 1, 2, 3, 4
 INF = math.inf
 _first = itemgetter(0)
-ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
+
+__all__ = ["SCHEDULERS", "SimConfig", "SimJob", "Simulator"]
 
 
-@dataclass
-class SimConfig:
-    """The simulated cluster and its mechanics.
+class Simulator(SlurmPasses, NodeClearing):
+    """One run of a trace on a simulated cluster (`run()` returns the jobs, finished)."""
 
-    restart_overhead_s: wall time a preempted job loses when it restarts (checkpoint
-        reload, warm-up); counted as GPU time held, not as progress.
-    history_refresh: rebuild the Gittins table after this many completions at most
-        (sooner while the history is small: every 25% growth).
-    history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds,
-        (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`), or
-        `Completed` records with their kind for per-kind tables (`gittins_kinds`).
-    backfill: when the best pending job can neither start nor preempt, let lower-ranked
-        jobs that fit start anyway (first fit, no reservation). False models Slurm's
-        sched/builtin: strict priority order, the blocked job holds everyone behind it.
-    cpus_per_node: cores per node; None or 0 leaves CPUs out (GPUs only). When set, a job
-        takes its cores per GPU (`TraceJob.cpus_per_gpu`, default the even share
-        cpus_per_node // gpus_per_node) on each of its nodes, and runs at
-        cpu_speed(model, cores per GPU, cpu_knees).
-    cpu_knees: per model, the cores per GPU at which its GPU saturates.
-    """
-
-    nodes: int = 8
-    gpus_per_node: int = 8
-    preemptive: bool = True
-    placement: str = "consolidate"
-    restart_overhead_s: float = 30.0
-    history_refresh: int = 1000
-    history: list[float | tuple[int, float] | Completed] = field(default_factory=list)
-    backfill: bool = True
-    cpus_per_node: int | None = None
-    cpu_knees: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_KNEES))
-
-
-class SimJob:
-    __slots__ = (
-        "id", "gpus", "submit", "duration", "model", "user", "partition", "must_consolidate",
-        "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
-        "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
-        "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed", "name",
-        "account", "limit",
-    )  # fmt: skip
-
-    def __init__(
-        self, t: TraceJob, must_consolidate: bool, cpus_per_gpu: int = 0, speed: float = 1.0
-    ) -> None:
-        self.id, self.gpus, self.submit, self.duration = (
-            t.job_id,
-            t.gpus,
-            t.submit_time,
-            t.duration_s,
-        )
-        self.model, self.user, self.partition = t.model_tag, t.user, t.partition
-        # its kind: what the conditioned Gittins index reads (never its duration)
-        self.name, self.account, self.limit = t.job_name, t.account, t.time_limit_s
-        self.must_consolidate = must_consolidate
-        self.progress = 0.0  # work seconds done (at full speed)
-        self.attained = 0.0  # GPU-seconds held, before the current stint
-        self.executed = 0.0  # wall seconds held, before the current stint
-        self.running = False
-        self.start = 0.0
-        self.last_run = 0.0
-        self.waiting_since = t.submit_time
-        self.alloc: list[tuple[str, int]] = []
-        self.slowdown = 1.0
-        self.overhead = 0.0
-        self.key: tuple = ()
-        self.key_ver = 0
-        self.run_ver = 0
-        self.finish: float | None = None
-        self.stints = 0
-        self.preemptions = 0
-        self.first_start: float | None = None
-        self.promoted_at: float | None = None
-        self.cpus_per_gpu = cpus_per_gpu  # cores per GPU held while running; 0: not counted
-        self.speed = speed  # work seconds per wall second from its cores (1: not starved)
-
-    def view(self, now: float) -> JobView:
-        ran = now - self.start if self.running else 0.0
-        return JobView(
-            job_id=self.id,
-            gpus=self.gpus,
-            submit_time=self.submit,
-            attained_gpu_s=self.attained + self.gpus * ran,
-            executed_s=self.executed + ran,
-            running=self.running,
-            last_run_s=ran if self.running else self.last_run,
-            waiting_since=None if self.running else self.waiting_since,
-            user=self.user,
-            partition=self.partition,
-            model_tag=self.model,
-            true_duration_s=self.duration,
-            promoted_at_gpu_s=self.promoted_at if self.running else None,
-            job_name=self.name,
-            account=self.account,
-            time_limit_s=self.limit,
-        )
-
-
-class Simulator:
     def __init__(
         self,
         trace: Iterable[TraceJob],
@@ -171,7 +84,8 @@ class Simulator:
         self.free_cpus: dict[str, int] | None = (
             dict.fromkeys(self.idx.free, cluster.cpus_per_node) if cluster.cpus_per_node else None
         )
-        self.jobs = [self._job(t) for t in trace]
+        trace_jobs = list(trace)
+        self.jobs = [self._job(t) for t in trace_jobs]
         self.total_gpus = cluster.nodes * cluster.gpus_per_node
         self.events: list[tuple[float, int, int, int, SimJob]] = []
         self.seq = 0
@@ -192,20 +106,18 @@ class Simulator:
             self.table = build_table(list(self.history), self.cfg)
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
+        self.timeouts = 0
+        self.lost_work_gpu_s = 0.0  # GPU-seconds of progress lost to requeues
         self.done = 0
-        # A failed preemption attempt is not retried while it would fail again. The room
-        # a job J can make (free GPUs plus those of running jobs ranked below J, in all or
-        # per node) only grows when a job stops or a running job's key rises past J's:
-        # starts and key drops shrink it. no_room: job id -> (key_ver, ...) as of its last
-        # failure; a new key retries.
-        # - Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
-        #   (Their failed attempt reorders the FreeIndex buckets, which placement ties
-        #   read, so these attempts are kept exactly as they were.)
-        # - Consolidated jobs (a failed clearing changes nothing): (key_ver, entries of
-        #   `grown` seen, nodes that had room). `grown` logs the nodes where room may have
-        #   grown: those of a stopped job, and those of a running job whose key rose past
-        #   a blocked job's (blocked_keys: sorted keys of recorded jobs, some stale). Only
-        #   the nodes logged since, and those that had room, are checked again.
+        self.slurm = cluster.scheduler == "slurm"
+        self.running_jobs: set[SimJob] = set()
+        self.n_pending = 0
+        self.bf_due: float | None = None  # the pending backfill tick
+        self.bf_changed = False  # something a backfill pass reads changed since the last
+        self.policy_due: float | None = None  # the pending policy tick
+        self.cleared: list[int] = []
+        self.verify_victims = False  # tests: check the clearing tables against the rule
+        # the no-room cache and the clearing tables: see sim/clearing.py
         self.epoch = 0
         self.grown: list[str] = []
         self.blocked_keys: list[tuple] = []
@@ -213,10 +125,6 @@ class Simulator:
         self.blocked_limit = 1024
         self.no_room: dict[int, tuple] = {}
         self.on_node: dict[str, dict[SimJob, int]] = {n: {} for n in self.idx.free}
-        # per node, for consolidated jobs: its jobs worst first with their GPU share there,
-        # and need[t] = the best-ranked job that must go for t GPUs to be free there
-        # (ABOVE_ALL if t are free already). Rebuilt lazily for nodes marked dirty.
-        # (filled in node order: ties between nodes go to the first, whatever the hash seed)
         self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {n: [] for n in self.idx.free}
         # need_by[t * nodes + i] = need[t] of the i-th node (a column per t, so a clearing
         # attempt scans one slice in C; a node's table is written with one slice store)
@@ -234,7 +142,21 @@ class Simulator:
         # (seq), and at equal times they come after completions and before wake-ups, as
         # the heap's (time, kind, seq) order would put them
         self.arrivals = sorted(self.jobs, key=lambda j: j.submit)
+        self.by_id = {j.id: j for j in self.jobs}
         self.seq += len(self.jobs)
+        self.all_preemptible = self._draw_preemptible(list(trace_jobs))
+
+    def _draw_preemptible(self, trace: list[TraceJob]) -> bool:
+        """Mark the jobs that may be preempted; True if all may (see SimConfig)."""
+        f = self.cl.preemptible_fraction
+        if f is None and not any(t.checkpoint for t in trace):
+            return True
+        for job, t in zip(self.jobs, trace, strict=True):
+            if f is None:
+                job.preemptible = t.checkpoint
+            else:
+                job.preemptible = random.Random(f"{self.cl.seed}:{t.job_id}").random() < f
+        return all(j.preemptible for j in self.jobs)
 
     def _must_consolidate(self, t: TraceJob) -> bool:
         return consolidate_for(self.cl.placement, network_sensitive(t.model_tag))
@@ -293,6 +215,7 @@ class Simulator:
         next_arrival = arrivals[0].submit if arrivals else math.inf
         rekey = self._rekey
         preemptive = self.cl.preemptive
+        every = self.cl.pass_interval_s  # the policy acts at its multiples (0: every event)
         passes = 0
         while events or ai < n:
             now = events[0][0] if events else math.inf
@@ -309,11 +232,19 @@ class Simulator:
                 job = arrivals[ai]
                 ai += 1
                 next_arrival = arrivals[ai].submit if ai < n else math.inf
+                self.n_pending += 1
                 self._rekey(job, now)
                 need_pass = True
+            policy_tick = bf_tick = False
             while events and events[0][0] == now:
-                _, _, _, ver, job = heappop(events)  # WAKE
-                if ver == job.key_ver and job.finish is None:
+                _, kind, _, ver, job = heappop(events)
+                if kind == POLICY_TICK:
+                    policy_tick, self.policy_due = True, None
+                    continue
+                if kind == BF_TICK:
+                    bf_tick, self.bf_due = True, None
+                    continue
+                if ver == job.key_ver and job.finish is None:  # WAKE
                     rekey(job, now, True)
                     # a running job whose key changed matters only if a pending job
                     # now outranks it (a preemption may follow): `_outranked`, its cached
@@ -327,10 +258,17 @@ class Simulator:
                             need_pass = self.best_pending < job.key
                         else:
                             need_pass = self._outranked(job.key)
-            if need_pass or self.dynamic:
-                self._pass(now)
+            if need_pass or self.dynamic or policy_tick:
+                self._pass(now, not every or policy_tick)
                 if self.on_pass is not None:
                     self.on_pass(self, now)
+            if self.slurm:
+                self.bf_changed |= need_pass
+                if bf_tick:
+                    self._backfill(now)
+                self._arm_ticks(now)
+            elif every and self.n_pending and self.policy_due is None and preemptive:
+                self._arm_policy_tick(now)
             passes += 1
             if self.progress is not None and passes % 5000 == 0:
                 self.progress(self.done, n, now)
@@ -419,6 +357,9 @@ class Simulator:
         if after < INF and not (running and self.dynamic):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
             at = now + after
+            every = self.cl.pass_interval_s
+            if every > 0:  # the policy re-ranks at its passes only
+                at = math.ceil(at / every) * every
             soonest = nextafter(now, INF)
             if soonest > at:  # max(at, soonest)
                 at = soonest
@@ -465,14 +406,17 @@ class Simulator:
             self.best_pending, self.best_pending_at = best, self.pending_ver
         return self.best_pending < key
 
-    def _pass(self, now: float) -> None:
+    def _pass(self, now: float, policy_acts: bool = True) -> None:
+        """Start pending jobs in key order; preempt for them when `policy_acts` (the
+        policy's pass: every event, or a tick of `pass_interval_s`)."""
         if self.dynamic and self.running and self.cl.preemptive:
             live = [e[3] for e in self.running if e[1] == e[3].key_ver and e[3].running]
             self.running = []
             for job in live:
                 self._rekey(job, now)
         blocked: set[tuple[int, bool, int]] = set()
-        can_preempt = self.cl.preemptive
+        can_preempt = self.cl.preemptive and policy_acts
+        greedy = self.cl.scheduler == "greedy"
         idx = self.idx
         while True:
             tops = []
@@ -501,178 +445,11 @@ class Simulator:
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
                     break
-                if not self.cl.backfill:
+                if not greedy:
                     return
                 blocked.add(b)
             else:
                 return
-
-    def _may_make_room(self, job: SimJob) -> bool:
-        """False if `_make_room` would fail as it did last time (see `no_room`)."""
-        rec = self.no_room.get(job.id)
-        if rec is None or rec[0] != job.key_ver:
-            return True
-        if not job.must_consolidate:
-            return rec[1] != self.epoch
-        grown = self.grown
-        if rec[1] == len(grown):
-            return False
-        # room can have grown only on the nodes logged since; with those that had room
-        # then, are there enough nodes now?
-        # (room on a node: its free GPUs and those of its jobs ranked below this one;
-        # the same test as need[target] > key, without rebuilding the node's table)
-        nodes = set(grown[rec[1] :])
-        nodes.update(rec[2])
-        cap = self.idx.capacity
-        target = min(job.gpus, cap)
-        free_of, on_node, jk = self.idx.free, self.on_node, job.key
-        room = []
-        for n in nodes:
-            r = free_of[n]
-            if r < target:
-                for v, g in on_node[n].items():
-                    if v.key > jk:
-                        r += g
-                if r < target:
-                    continue
-            room.append(n)
-        if len(room) >= min_nodes(job.gpus, cap):
-            return True
-        self.no_room[job.id] = (rec[0], len(grown), tuple(room))
-        return False
-
-    def _rose_past(self, job: SimJob, i: int, j: int) -> None:
-        """Running `job`'s key rose past blocked_keys[i:j]: log its nodes if one of
-        those jobs is still blocked with that key, else drop the stale keys."""
-        blocked, blocked_job = self.blocked_keys, self.blocked_job
-        for k in blocked[i:j]:
-            b = blocked_job[k]
-            if b.key == k and not b.running and b.finish is None:
-                self.grown.extend([n for n, _ in job.alloc])
-                return
-        for k in blocked[i:j]:
-            del blocked_job[k]
-        del blocked[i:j]
-
-    def _make_room(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
-        """Preempt running jobs ranked below `job` until it fits; None if they cannot make room.
-
-        A job that must consolidate needs whole nodes' worth of room: the nodes whose
-        lower-ranked jobs free the most are cleared, worst jobs first. Others take the
-        worst-ranked jobs anywhere. Victims whose GPUs end up unused keep running.
-        """
-        if job.must_consolidate:
-            return self._clear_nodes(job, now)
-        victims: list[tuple] = []
-        alloc = None
-        while alloc is None:
-            top = self._top(self.running, True)
-            if top is None or not top.key > job.key:
-                break
-            victims.append(heapq.heappop(self.running))
-            self._give(top.alloc, top.cpus_per_gpu)
-            if self.idx.total_free >= job.gpus:
-                alloc = choose_gpus(
-                    self.idx, job.gpus, job.must_consolidate, self._cpus(job.cpus_per_gpu)
-                )
-        if alloc is not None:
-            self._take(alloc, job.cpus_per_gpu)
-        for entry in reversed(victims):  # best victims first: keep whoever still fits
-            v = entry[3]
-            if alloc is None or self._fits(v.alloc, v.cpus_per_gpu):
-                self._take(v.alloc, v.cpus_per_gpu)
-                heapq.heappush(self.running, entry)
-            else:
-                self._preempt(v, now)  # its GPUs (and cores) were given back above
-        if alloc is not None:
-            self._give(alloc, job.cpus_per_gpu)  # _start takes it again
-        else:
-            self.no_room[job.id] = (job.key_ver, self.epoch)
-        return alloc
-
-    def _clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
-        """Free whole-node room for a consolidated job by preempting lower-ranked jobs.
-
-        As for other jobs, the worst-ranked go first: the nodes picked are those whose
-        best-ranked job that must go ranks lowest, and on a picked node jobs go worst
-        first, only as many as needed. (Picking the nodes with the fewest GPUs to free
-        instead evicted mid-ranked jobs, which restarted at once by preempting the
-        lower-ranked ones: chains of same-instant restarts.) The per-node `need` tables
-        make each check one key comparison per node. With CPUs on, the nodes are still
-        picked by GPUs; on each, jobs go until the job's cores are free as well.
-        """
-        need_nodes = min_nodes(job.gpus, self.idx.capacity)
-        target = min(job.gpus, self.idx.capacity)
-        jk = job.key
-        if self.dirty:
-            self._index_nodes()
-        # a node can give `target` GPUs iff the best job that must go for it ranks below
-        # `jk`; when need_nodes > 1, target is a whole node
-        # the need_nodes nodes with the lowest-ranked needs (ties: node order), all of which
-        # must rank below the job
-        n = len(self.node_names)
-        col = self.need_by[target * n : (target + 1) * n]
-        top = max(col)  # the first node's, among equals
-        if not top > jk:
-            return self._no_room_here(job, ())
-        if need_nodes == 1:
-            best = [col.index(top)]
-        else:
-            best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
-            if not col[best[-1]] > jk:
-                names = self.node_names
-                return self._no_room_here(job, tuple(names[i] for i in best if col[i] > jk))
-        cpg = job.cpus_per_gpu
-        for node in (self.node_names[i] for i in best):
-            here = self.on_node[node]
-            share = [(node, target)]
-            for key, _, v in self.node_worst[node]:  # worst first
-                if self._fits(share, cpg) or not key > jk:
-                    break
-                if v in here:  # not gone already with an earlier node
-                    self._preempt(v, now, release=True)
-        return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
-
-    def _no_room_here(self, job: SimJob, room: tuple[str, ...]) -> None:
-        """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
-        self.no_room[job.id] = (job.key_ver, len(self.grown), room)
-        blocked, jk = self.blocked_keys, job.key
-        i = bisect_left(blocked, jk)
-        if i == len(blocked) or blocked[i] != jk:
-            blocked.insert(i, jk)
-            self.blocked_job[jk] = job
-            if len(blocked) > self.blocked_limit:  # drop the stale keys
-                live = {
-                    k: b
-                    for k, b in self.blocked_job.items()
-                    if b.key == k and not b.running and b.finish is None
-                }
-                self.blocked_job = live
-                self.blocked_keys = sorted(live)
-                self.blocked_limit = max(1024, 2 * len(live))
-
-    def _index_nodes(self) -> None:
-        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
-        cap1 = self.idx.capacity + 1
-        free_of = self.idx.free
-        on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
-        need_by = self.need_by
-        n = len(self.node_names)
-
-        for node in self.dirty:
-            worst = sorted(
-                [(v.key, g, v) for v, g in on_node[node].items()], key=_first, reverse=True
-            )
-            # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
-            # bring the room to t; () (below every key) if even all of them cannot
-            need: list[tuple] = [ABOVE_ALL] * (free_of[node] + 1)
-            for key, g, _ in worst:
-                need += [key] * g
-            if len(need) < cap1:
-                need += [()] * (cap1 - len(need))
-            node_worst[node] = worst
-            need_by[node_pos[node] :: n] = need
-        self.dirty.clear()
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         if starved(
@@ -681,6 +458,8 @@ class Simulator:
             job.promoted_at = job.attained
         self._take(alloc, job.cpus_per_gpu)
         self.pending_ver += 1  # it leaves the pending set
+        self.n_pending -= 1
+        self.running_jobs.add(job)
         for n, g in alloc:
             self.on_node[n][job] = g
         job.alloc = alloc
@@ -695,6 +474,9 @@ class Simulator:
             job.first_start = now
         job.run_ver += 1
         finish = now + job.overhead + (job.duration - job.progress) * job.slowdown
+        job.killed = False
+        if self.slurm and job.limit is not None and finish > now + job.limit:
+            finish, job.killed = now + job.limit, True  # Slurm ends the stint at its limit
         self._push_event(finish, FINISH, job, job.run_ver)
         self._rekey(job, now)
 
@@ -706,6 +488,7 @@ class Simulator:
         job.executed += ran
         job.last_run = ran
         job.running = False
+        self.running_jobs.discard(job)
         job.promoted_at = None
         job.run_ver += 1
         if release:
@@ -720,12 +503,21 @@ class Simulator:
         self._stop(job, now, release=release)
         job.preemptions += 1
         self.preemptions += 1
+        self.n_pending += 1
+        every = self.cl.checkpoint_interval_s
+        if every > 0:  # it resumes from its last checkpoint
+            kept = math.floor(job.progress / every) * every
+            self.lost_work_gpu_s += (job.progress - kept) * job.gpus
+            job.progress = kept
         job.waiting_since = now
         self._rekey(job, now)
 
     def _complete(self, job: SimJob, now: float) -> None:
         self._stop(job, now)
         job.finish = now
+        if job.killed:
+            job.timed_out = True
+            self.timeouts += 1
         job.key_ver += 1
         self.done += 1
         if self.cfg.policy == "gittins":

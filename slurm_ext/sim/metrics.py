@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from slurm_ext.sim.engine import SimJob
+from slurm_ext.sim.simjob import SimJob
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -16,7 +16,16 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[i]
 
 
-def summarize(jobs: Sequence[SimJob], total_gpus: int, preemptions: int) -> dict[str, float]:
+def summarize(
+    jobs: Sequence[SimJob],
+    total_gpus: int,
+    preemptions: int,
+    timeouts: int = 0,
+    lost_work_gpu_s: float = 0.0,
+) -> dict[str, float]:
+    """The figures `simulate --json` prints. A job killed at its time limit counts as
+    finished there (as in Slurm's accounting); `timeouts` counts them.
+    `requeues` equals `preemptions` (a preempted job is requeued)."""
     done = [j for j in jobs if j.finish is not None]
     jct = sorted(j.finish - j.submit for j in done)  # type: ignore[operator]
     n = len(jct)
@@ -34,4 +43,7 @@ def summarize(jobs: Sequence[SimJob], total_gpus: int, preemptions: int) -> dict
         "makespan_s": makespan,
         "gpu_utilization": held / (total_gpus * makespan) if makespan > 0 else 0.0,
         "preemptions": preemptions,
+        "requeues": preemptions,
+        "timeouts": timeouts,
+        "lost_work_gpu_s": lost_work_gpu_s,
     }

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurm_ext.sim.engine import SimJob
+from slurm_ext.sim.simjob import SimJob
 
 COLUMNS = (
     ("policy", "policy", "{}"),
     ("avg JCT s", "avg_jct_s", "{:.0f}"),
+    ("vs Slurm", "vs_slurm", "{:.3f}"),
     ("vs FIFO", "vs_fifo", "{:.3f}"),
     ("vs SRTF", "vs_srtf", "{:.3f}"),
     ("median s", "median_jct_s", "{:.0f}"),
@@ -18,6 +19,7 @@ COLUMNS = (
     ("avg queue s", "avg_queue_s", "{:.0f}"),
     ("GPU util", "gpu_utilization", "{:.3f}"),
     ("preempt", "preemptions", "{}"),
+    ("timeouts", "timeouts", "{}"),
     ("runtime s", "runtime_s", "{:.2f}"),
 )
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from slurm_ext.hints import parse_hints
+
 FORMATS = ("tiresias", "sacct", "pai")
 MAX_LINE_BYTES = 128 * 1024
 
@@ -149,6 +151,39 @@ def _positive(value: str, what: str, kind: type = float) -> float:
     return x
 
 
+def _flag(row: dict[str, str], column: str) -> bool:
+    """An optional 0/1 column (empty or absent: 0)."""
+    value = (row.get(column) or "0").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{column} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def slurm_time_s(value: str) -> float | None:
+    """A Slurm time limit in seconds; None for UNLIMITED / Partition_Limit / empty.
+
+    Slurm's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    v = value.strip()
+    if v in ("", "UNLIMITED", "INFINITE", "Partition_Limit", "NONE", "None"):
+        return None
+    m = _SLURM_TIME.fullmatch(v) if len(v) <= 32 else None
+    if m is None:
+        raise ValueError(f"Timelimit: expected [D-]HH:MM:SS, MM:SS or MM, got {value[:40]!r}")
+    d, a, b, c = m.groups()
+    if d is not None:  # D-HH[:MM[:SS]]
+        secs = int(d) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:  # HH:MM:SS
+        secs = int(a) * 3600 + int(b) * 60 + int(c)
+    else:  # MM[:SS]
+        secs = int(a) * 60 + int(b or 0)
+    if secs <= 0:
+        raise ValueError(f"Timelimit must be > 0, got {value!r}")
+    return float(secs)
+
+
 def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
     need = ("job_id", "num_gpu", "submit_time", "duration")
     with _Lines(path) as lines:
@@ -187,16 +222,11 @@ def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
                         if row.get("time_limit")
                         else None
                     ),
-                    checkpoint=_flag(row.get("checkpoint") or "0", "checkpoint"),
+                    checkpoint=_flag(row, "checkpoint"),
+                    opportunistic=_flag(row, "opportunistic"),
                 )
             except (TypeError, ValueError) as exc:
                 yield TraceError(path, line, str(exc))
-
-
-def _flag(value: str, what: str) -> bool:
-    if value not in ("0", "1"):
-        raise ValueError(f"{what} must be 0 or 1, got {value!r}")
-    return value == "1"
 
 
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
@@ -206,32 +236,9 @@ def _sacct_time(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
 
-def slurm_duration(value: str) -> float | None:
-    """Slurm's `[days-]hours:minutes:seconds` (or `minutes`, `minutes:seconds`,
-    `days-hours[:minutes]`) in seconds; None for UNLIMITED / Partition_Limit / empty."""
-    v = value.strip()
-    if not v or v.upper() in ("UNLIMITED", "PARTITION_LIMIT", "NONE", "INVALID"):
-        return None
-    days, _, rest = v.rpartition("-")
-    parts = [float(x) for x in rest.split(":")]
-    if days:
-        parts += [0.0] * (3 - len(parts))  # days-hours[:minutes[:seconds]]
-        h, m, sec = parts
-    elif len(parts) == 1:
-        h, m, sec = 0.0, parts[0], 0.0
-    elif len(parts) == 2:
-        h, m, sec = 0.0, parts[0], parts[1]
-    else:
-        h, m, sec = parts
-    out = (float(days or 0) * 24 + h) * 3600 + m * 60 + sec
-    if not math.isfinite(out) or out <= 0:
-        raise ValueError(f"time limit must be > 0, got {value!r}")
-    return out
-
-
 def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
-    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`
-    (optionally Account, Timelimit)."""
+    """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`,
+    optionally Account, Timelimit and Comment (hints `checkpoint=1`, `opportunistic=1`)."""
     with _Lines(path) as lines:
         header = next(lines, "").rstrip("\n").split("|")
         if lines.errors:  # the header line itself is unreadable
@@ -266,6 +273,8 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
                 duration = _sacct_time(f[cols["End"]]) - _sacct_time(f[cols["Start"]])
                 if duration <= 0:
                     raise ValueError(f"End before Start ({duration:.0f} s)")
+                limit = slurm_time_s(f[cols["Timelimit"]]) if "Timelimit" in cols else None
+                hints = parse_hints(f[cols["Comment"]] if "Comment" in cols else "")
                 yield TraceJob(
                     job_id=int(f[cols[jid]].split("_")[0]),
                     gpus=int(m.group(1)),
@@ -276,9 +285,9 @@ def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
                     partition=f[cols["Partition"]] if "Partition" in cols else "",
                     job_name=f[cols["JobName"]] if "JobName" in cols else "",
                     account=f[cols["Account"]] if "Account" in cols else "",
-                    time_limit_s=(
-                        slurm_duration(f[cols["Timelimit"]]) if "Timelimit" in cols else None
-                    ),
+                    time_limit_s=limit,
+                    checkpoint=hints.checkpoint,
+                    opportunistic=hints.opportunistic,
                 )
             except (ValueError, KeyError) as exc:
                 yield TraceError(path, line, str(exc))

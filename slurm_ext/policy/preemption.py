@@ -1,0 +1,168 @@
+"""The one preemption rule: which running jobs to requeue so that a waiting job fits.
+
+The service (`Service._preempt`) and the simulator both call `choose_victims`, so a
+simulated policy preempts exactly the jobs the live service would. Pure: it reads a
+snapshot (free GPUs per node, the running jobs ranked below the waiting job, worst
+first) and returns job ids; the caller requeues them.
+
+The rule:
+- Only eligible jobs go: opted in to requeue (they checkpoint), not pinned by an admin,
+  and past `min_run_s` in their current stint (so a job is not requeued before it could
+  write a checkpoint).
+- The worst-ranked go first, and only as many as needed.
+- A job that must consolidate (fewest nodes) needs whole-node room: the nodes whose
+  best-ranked job that must go ranks lowest are cleared, worst first on each, until the
+  job's GPUs (and cores, when counted) are free there. Clearing the nodes that need the
+  fewest GPUs freed instead evicts mid-ranked jobs, which then restart at once by
+  preempting lower-ranked ones (chains of same-instant restarts, measured in the
+  simulator).
+- Any other job takes the worst-ranked jobs anywhere until the cluster has room; then
+  the best-ranked of those whose GPUs turn out not to be needed keep running.
+- If the eligible jobs cannot make room, nobody is preempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from slurm_ext.policy.placement import min_nodes
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A running job as the rule sees it."""
+
+    job_id: int
+    alloc: tuple[tuple[str, int], ...]  # (node, GPUs it holds there)
+    requeueable: bool  # opted in: it checkpoints and Slurm may requeue it
+    ran_s: float  # length of its current stint (seconds)
+    pinned: bool = False  # an admin pinned its priority: leave it alone
+    cpus_per_gpu: int = 0  # cores it holds per GPU (0: cores not counted)
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    job_id: int
+    gpus: int
+    consolidate: bool  # must get the fewest nodes possible
+    cpus_per_gpu: int = 0
+
+
+def eligible(job: RunningJob, min_run_s: float) -> bool:
+    return job.requeueable and not job.pinned and job.ran_s >= min_run_s
+
+
+class _Books:
+    """Free GPUs (and cores) per node while victims are given back or taken again."""
+
+    def __init__(
+        self, free: Mapping[str, int], free_cpus: Mapping[str, int] | None, waiting: WaitingJob
+    ) -> None:
+        self.free = dict(free)
+        self.cpus = dict(free_cpus) if free_cpus is not None else None
+        self.w = waiting
+
+    def give(self, v: RunningJob, sign: int = 1) -> None:
+        for node, g in v.alloc:
+            self.free[node] += sign * g
+            if self.cpus is not None:
+                self.cpus[node] += sign * g * v.cpus_per_gpu
+
+    def offer(self, node: str) -> int:
+        """The waiting job's GPUs this node could host now."""
+        f = self.free[node]
+        if self.cpus is None or self.w.cpus_per_gpu <= 0:
+            return f
+        return min(f, self.cpus[node] // self.w.cpus_per_gpu)
+
+    def fits(self, capacity: int) -> bool:
+        """Room for the waiting job: its GPUs on the fewest nodes (if it must consolidate),
+        else anywhere; the test `choose_gpus` passes."""
+        offers = [self.offer(n) for n in self.free]
+        if not self.w.consolidate:
+            return sum(offers) >= self.w.gpus
+        m = min_nodes(self.w.gpus, capacity)
+        return sum(sorted(offers, reverse=True)[:m]) >= self.w.gpus
+
+
+def choose_victims(
+    waiting: WaitingJob,
+    below: Iterable[RunningJob],
+    free: Mapping[str, int],
+    capacity: int,
+    min_run_s: float = 0.0,
+    free_cpus: Mapping[str, int] | None = None,
+) -> list[int]:
+    """Ids of the running jobs to requeue so that `waiting` fits, worst-ranked first.
+
+    below: the running jobs ranked below the waiting job, worst first (read lazily for
+        a job that need not consolidate: the simulator feeds it from its heap).
+    free: free GPUs per node, in node order (ties between nodes go to the first).
+    capacity: GPUs per node (the largest node's).
+    free_cpus: free cores per node when cores count (then `cpus_per_gpu` fields apply).
+    Returns [] when the job fits already or the eligible jobs cannot make room.
+    """
+    books = _Books(free, free_cpus, waiting)
+    if waiting.gpus <= 0 or books.fits(capacity):
+        return []
+    if waiting.consolidate:
+        return _clear_nodes(waiting, [v for v in below if eligible(v, min_run_s)], books, capacity)
+    taken: list[RunningJob] = []
+    for v in below:
+        if not eligible(v, min_run_s):
+            continue
+        books.give(v)
+        taken.append(v)
+        if books.fits(capacity):
+            break
+    else:
+        return []
+    victims = []
+    for v in reversed(taken):  # best-ranked first: keep it running if the job fits anyway
+        books.give(v, -1)
+        if not books.fits(capacity):
+            books.give(v)
+            victims.append(v.job_id)
+    victims.reverse()
+    return victims
+
+
+def _clear_nodes(
+    waiting: WaitingJob, cands: list[RunningJob], books: _Books, capacity: int
+) -> list[int]:
+    target = min(waiting.gpus, capacity)
+    need_nodes = min_nodes(waiting.gpus, capacity)
+    on_node: dict[str, list[int]] = {n: [] for n in books.free}  # candidate indices, worst first
+    for i, v in enumerate(cands):
+        for node, _ in v.alloc:
+            if node in on_node:
+                on_node[node].append(i)
+    # need[node]: the position (0 = worst) of the best-ranked job that must go for the
+    # node to have `target` GPUs free; -1 when it has them already
+    need: dict[str, int] = {}
+    for node, idxs in on_node.items():
+        room = books.free[node]
+        if room >= target:
+            need[node] = -1
+            continue
+        for i in idxs:
+            room += next(g for n, g in cands[i].alloc if n == node)
+            if room >= target:
+                need[node] = i
+                break
+    if len(need) < need_nodes:
+        return []
+    picked = sorted(need, key=need.__getitem__)[:need_nodes]  # stable: node order on ties
+    gone: set[int] = set()
+    share_cpus = target * waiting.cpus_per_gpu
+    for node in picked:
+        for i in on_node[node]:
+            if books.free[node] >= target and (
+                books.cpus is None or books.cpus[node] >= share_cpus
+            ):
+                break
+            if i not in gone:
+                gone.add(i)
+                books.give(cands[i])
+    return [cands[i].job_id for i in sorted(gone)]

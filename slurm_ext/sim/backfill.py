@@ -1,0 +1,306 @@
+"""A model of Slurm's sched/backfill pass: reservations from time limits, then backfill.
+
+Slurm's backfill plugin walks the pending jobs in priority order every `bf_interval`.
+For each it finds the earliest time the job could start, given the running jobs' time
+limits (start + limit: Slurm knows no true run times) and the reservations already made
+in this pass for higher-priority jobs. A job that can start now, for its whole time
+limit, without touching any of those reservations starts now (it is backfilled); any
+other job gets a reservation at its earliest start, if that falls inside `bf_window`.
+Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
+slurmctld does). At most `bf_max_job_test` jobs are looked at per pass.
+
+The model is per node and per GPU count: a node offers, over a time window, the fewest
+GPUs free at any moment of it. It leaves out cores, memory and licences, advance
+reservations, partitions, `bf_continue` (a pass here is instantaneous) and the per-user
+and per-partition limits (`bf_max_job_user`, ...).
+
+`backfill_pass` is a pure function of what the pass sees. It plans lazily: a blocked
+job's reservation is computed only once a lower-ranked job could start now (the only
+thing a pass changes is who starts now), in priority order, so the result is the same
+as planning every job.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from slurm_ext.policy import FreeIndex, choose_gpus
+from slurm_ext.policy.placement import min_nodes
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class BackfillParams:
+    """Slurm's SchedulerParameters that change what a pass does (defaults: Slurm's)."""
+
+    window_s: float = 86400.0  # bf_window (Slurm: minutes, default 1 day)
+    max_job_test: int = 500  # bf_max_job_test
+    resolution_s: float = 60.0  # bf_resolution
+
+    def __post_init__(self) -> None:
+        if not (self.window_s > 0 and self.resolution_s > 0 and self.max_job_test >= 1):
+            raise ValueError(f"backfill parameters out of range: {self}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A pending job as the pass sees it."""
+
+    job_id: int
+    gpus: int
+    consolidate: bool  # must get the fewest nodes possible
+    limit_s: float  # its time limit (inf: none)
+    cpus_per_gpu: int = 0
+
+
+class Profile:
+    """Free GPUs per node over time: a step function per node, from `base` on.
+
+    times[n][i] <= t < times[n][i + 1] has frees[n][i] GPUs free on node n (the last
+    step lasts forever).
+    """
+
+    def __init__(
+        self,
+        base: float,
+        free: Mapping[str, int],
+        node_ends: Mapping[str, Iterable[tuple[float, int]]],
+    ) -> None:
+        """node_ends: per node, (end, GPUs) of each running job there (ends rounded)."""
+        self.base = base
+        self.nodes = list(free)
+        self.pos = {n: i for i, n in enumerate(self.nodes)}
+        # single-node earliest starts per (GPUs, length), per node; `changed` logs the
+        # nodes reserved since (a reservation only delays a node's earliest start)
+        self.changed: list[int] = []
+        self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
+        # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
+        self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
+        self.times: dict[str, list[float]] = {}
+        self.frees: dict[str, list[int]] = {}
+        for n in self.nodes:
+            times, frees = [base], [free[n]]
+            for end, g in sorted(node_ends[n]):
+                if end <= times[-1]:
+                    frees[-1] += g
+                else:
+                    times.append(end)
+                    frees.append(frees[-1] + g)
+            self.times[n], self.frees[n] = times, frees
+
+    def window_min(self, node: str, start: float, end: float) -> int:
+        """Fewest GPUs free on `node` at any moment of [start, end)."""
+        times, frees = self.times[node], self.frees[node]
+        i = bisect_right(times, start) - 1
+        j = bisect_left(times, end)
+        return min(frees[max(i, 0) : max(j, i + 1)])
+
+    def node_earliest(self, node: str, gpus: int, length: float, before: float) -> float:
+        """Earliest step start (< before) from which `node` keeps `gpus` free for `length`;
+        INF if none."""
+        times, frees = self.times[node], self.frees[node]
+        k = len(times)
+        i = 0
+        while i < k and times[i] < before:
+            if frees[i] >= gpus:
+                end = times[i] + length
+                j = i + 1
+                while j < k and times[j] < end and frees[j] >= gpus:
+                    j += 1
+                if j == k or times[j] >= end:
+                    return times[i]
+                i = j + 1  # step j has too few: no start before it can span it
+            else:
+                i += 1
+        return INF
+
+    def earliest(
+        self, c: Candidate, capacity: int, length: float, before: float
+    ) -> tuple[float, list[tuple[str, int]]]:
+        """The job's earliest start before `before` and the GPUs it would hold then."""
+        if c.consolidate and c.gpus <= capacity:
+            key = (c.gpus, length, before)
+            hit = self.cache.get(key)
+            nodes = self.nodes
+            if hit is None:
+                vals = [self.node_earliest(n, c.gpus, length, before) for n in nodes]
+            else:
+                vals, seen = hit
+                for p in set(self.changed[seen:]):
+                    vals[p] = self.node_earliest(nodes[p], c.gpus, length, before)
+            self.cache[key] = (vals, len(self.changed))
+            best = min(vals)
+            if best == INF:
+                return INF, []
+            return best, [(nodes[vals.index(best)], c.gpus)]  # ties: the first node
+        if c.consolidate:
+            # still right if no reservation since took one of its nodes: a reservation
+            # only delays the nodes it takes
+            key = (c.gpus, length, before)
+            hit = self.multi.get(key)
+            if hit is not None:
+                (t, alloc), seen = hit
+                if {self.pos[n] for n, _ in alloc}.isdisjoint(self.changed[seen:]):
+                    return t, alloc
+            out = self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
+            self.multi[key] = (out, len(self.changed))
+            return out
+        m = len(self.nodes)
+        starts = sorted({t for n in self.nodes for t in self.times[n] if t < before})
+        for s in starts:
+            offers = [(self.window_min(n, s, s + length), n) for n in self.nodes]
+            best_offers = sorted(offers, key=lambda o: -o[0])[:m]  # stable: node order
+            if sum(o for o, _ in best_offers) >= c.gpus:
+                alloc, left = [], c.gpus
+                for o, n in best_offers:
+                    if left <= 0 or o <= 0:
+                        break
+                    alloc.append((n, min(o, left)))
+                    left -= alloc[-1][1]
+                return s, alloc
+        return INF, []
+
+    def _earliest_nodes(
+        self, gpus: int, m: int, length: float, before: float
+    ) -> tuple[float, list[tuple[str, int]]]:
+        """A multi-node consolidated job's earliest start: m nodes that each keep an even
+        share, ceil(gpus / m), free for `length` from a common start (a sweep over each
+        node's runs of enough free GPUs)."""
+        share = -(-gpus // m)
+        events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
+        for pos, n in enumerate(self.nodes):
+            times, frees = self.times[n], self.frees[n]
+            k, i = len(times), 0
+            while i < k and times[i] < before:
+                if frees[i] < share:
+                    i += 1
+                    continue
+                j = i + 1
+                while j < k and frees[j] >= share:
+                    j += 1
+                run_end = times[j] if j < k else INF
+                last = INF if run_end == INF else run_end - length  # latest start in the run
+                if last >= times[i]:
+                    events.append((times[i], 0, pos))
+                    events.append((last, 1, pos))
+                i = j
+        events.sort()
+        open_nodes: set[int] = set()
+        for t, kind, pos in events:
+            if kind == 1:
+                open_nodes.discard(pos)
+                continue
+            open_nodes.add(pos)
+            if len(open_nodes) >= m and t < before:
+                picked = sorted(open_nodes)[:m]  # node order
+                alloc = [(self.nodes[p], share) for p in picked]
+                alloc[-1] = (alloc[-1][0], gpus - share * (m - 1))
+                return t, alloc
+        return INF, []
+
+    def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
+        """Take `alloc`'s GPUs over [start, end)."""
+        for n, g in alloc:
+            self.changed.append(self.pos[n])
+            times, frees = self.times[n], self.frees[n]
+            for t in (start, end):
+                i = bisect_right(times, t) - 1
+                if i < 0:
+                    times.insert(0, t)
+                    frees.insert(0, frees[0])
+                elif times[i] != t:
+                    times.insert(i + 1, t)
+                    frees.insert(i + 1, frees[i])
+            i, j = bisect_left(times, start), bisect_left(times, end)
+            for k in range(i, j):
+                frees[k] -= g
+
+
+def round_up(t: float, step: float) -> float:
+    return math.ceil(t / step) * step if step > 0 and t < INF else t
+
+
+def backfill_pass(
+    now: float,
+    pending: Iterable[Candidate],
+    free: Mapping[str, int],
+    node_ends: Callable[[str], Iterable[tuple[float, int]]],
+    capacity: int,
+    params: BackfillParams,
+    free_cpus: Mapping[str, int] | None = None,
+    on_reserve: Callable[[int, float], None] | None = None,
+) -> list[tuple[int, list[tuple[str, int]]]]:
+    """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
+
+    pending: in priority order, best first; read up to `max_job_test` of them.
+    free: free GPUs per node now (node order breaks ties).
+    node_ends: per node, (when a running job's time limit runs out, its GPUs there).
+    free_cpus: free cores per node when cores count: a job starting now needs them too.
+    on_reserve: called with (job id, reserved start) for each reservation (tests).
+    """
+    res = params.resolution_s
+    base = math.floor(now / res) * res
+    free_now = dict(free)
+    cpus_now = dict(free_cpus) if free_cpus is not None else None
+    total = sum(free_now.values())
+    if total <= 0:
+        return []
+    profile: Profile | None = None  # built when first needed
+    horizon = base + params.window_s
+    started: list[tuple[int, list[tuple[str, int]]]] = []
+    deferred: list[Candidate] = []  # blocked jobs whose reservation is not planned yet
+
+    def length(c: Candidate) -> float:
+        return round_up(c.limit_s, res)
+
+    def plan(c: Candidate) -> None:
+        assert profile is not None
+        span = length(c)
+        s, alloc = profile.earliest(c, capacity, span, horizon)
+        if alloc and s < horizon:
+            profile.reserve(alloc, s, s + span)
+            if on_reserve is not None:
+                on_reserve(c.job_id, s)
+
+    most = max(free_now.values())
+    open_nodes = [n for n, f in free_now.items() if f > 0]  # node order
+    ceil = math.ceil
+    for tested, c in enumerate(pending):
+        if tested >= params.max_job_test or total <= 0:
+            break
+        need = c.gpus if not c.consolidate else min(c.gpus, capacity)
+        if c.gpus > total or (c.consolidate and most < need):
+            deferred.append(c)  # cannot start now whatever the reservations
+            continue
+        if profile is None:
+            ends = {
+                n: [(ceil(e / res) * res if e < INF else e, g) for e, g in node_ends(n)]
+                for n in free_now
+            }
+            profile = Profile(base, free_now, ends)
+        for d in deferred:
+            plan(d)
+        deferred.clear()
+        span = length(c)
+        idx = FreeIndex(capacity)
+        for n in open_nodes:  # what each node can give for the whole time limit
+            idx.set(n, min(free_now[n], profile.window_min(n, base, base + span)))
+        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
+        alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
+        if alloc is None:
+            deferred.append(c)
+            continue
+        profile.reserve(alloc, base, base + span)
+        for n, g in alloc:
+            free_now[n] -= g
+            if cpus_now is not None:
+                cpus_now[n] -= g * c.cpus_per_gpu
+        total -= c.gpus
+        started.append((c.job_id, alloc))
+        open_nodes = [n for n in open_nodes if free_now[n] > 0]
+        most = max((free_now[n] for n in open_nodes), default=0)
+    return started

@@ -1,0 +1,252 @@
+"""The simulator's preemption: the one rule (`policy.preemption.choose_victims`) on the
+simulator's state, and its incremental node-clearing tables, an acceleration of the rule
+for jobs that must consolidate.
+
+The tables are used only while every running job may be preempted (`choose_victims` is
+called directly otherwise); tests/test_sim_preemption.py checks that each clearing
+preempts exactly the jobs `choose_victims` picks on the same state.
+
+A failed preemption attempt is not retried while it would fail again. The room a job J
+can make (free GPUs plus those of running jobs ranked below J, in all or per node) only
+grows when a job stops or a running job's key rises past J's: starts and key drops
+shrink it. `no_room`: job id -> (key_ver, ...) as of its last failure; a new key retries.
+- Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
+- Consolidated jobs (a failed clearing changes nothing): (key_ver, entries of `grown`
+  seen, nodes that had room). `grown` logs the nodes where room may have grown: those
+  of a stopped job, and those of a running job whose key rose past a blocked job's
+  (blocked_keys: sorted keys of recorded jobs, some stale). Only the nodes logged since,
+  and those that had room, are checked again.
+
+Per node, for consolidated jobs: its jobs worst first with their GPU share there, and
+need[t] = the best-ranked job that must go for t GPUs to be free there (ABOVE_ALL if t
+are free already), rebuilt lazily for nodes marked dirty.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from heapq import heappop
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from slurm_ext.policy import choose_gpus
+from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
+
+if TYPE_CHECKING:
+    from slurm_ext.sim.engine import Simulator
+    from slurm_ext.sim.simjob import SimJob
+
+ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
+_first = itemgetter(0)
+
+
+class NodeClearing:
+    """Mixin of `Simulator`: preemption, the clearing tables and the no-room cache."""
+
+    def _make_room(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """Preempt the running jobs `choose_victims` picks for `job`; its GPUs, or None if
+        they cannot make room.
+
+        For a job that must consolidate, while every job may be preempted, the clearing
+        tables (sim/clearing.py) pick the same victims faster.
+        """
+        if job.must_consolidate:
+            if self.all_preemptible and not self.verify_victims:
+                return self._clear_nodes(job, now)
+            below = sorted(
+                (e for e in self.running if e[1] == e[3].key_ver and e[3].running),
+                key=_first,
+            )
+            cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
+            victims = self._victims(job, cands)
+            if self.all_preemptible:  # verify_victims: the tables must agree
+                alloc = self._clear_nodes(job, now)
+                if sorted(self.cleared) != sorted(victims):
+                    raise AssertionError(
+                        f"job {job.id}: clearing tables preempted {sorted(self.cleared)}, "
+                        f"choose_victims picks {sorted(victims)}"
+                    )
+                return alloc
+            if not victims:
+                self._no_room_here(job, tuple(self.node_names))
+                return None
+            for v in victims:
+                self._preempt(self.by_id[v], now, release=True)
+            return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
+        popped: list[tuple] = []
+        victims = self._victims(job, self._pop_below(job, now, popped))
+        gone = set(victims)
+        for entry in popped:
+            if entry[3].id in gone:
+                self._preempt(entry[3], now, release=True)
+            else:
+                heapq.heappush(self.running, entry)
+        if not victims:
+            self.no_room[job.id] = (job.key_ver, self.epoch)
+            return None
+        return choose_gpus(self.idx, job.gpus, False, self._cpus(job.cpus_per_gpu))
+
+    def _pop_below(
+        self: Simulator, job: SimJob, now: float, popped: list[tuple]
+    ) -> Iterator[RunningJob]:
+        """The running jobs ranked below `job`, worst first, popped off the running heap as
+        they are read (into `popped`)."""
+        while True:
+            top = self._top(self.running, True)
+            if top is None or not top.key > job.key:
+                return
+            popped.append(heappop(self.running))
+            yield self._running_view(top, now)
+
+    def _running_view(self: Simulator, job: SimJob, now: float) -> RunningJob:
+        return RunningJob(
+            job.id, tuple(job.alloc), job.preemptible, now - job.start, False, job.cpus_per_gpu
+        )
+
+    def _victims(self: Simulator, job: SimJob, below: Iterable[RunningJob]) -> list[int]:
+        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
+        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu)
+        return choose_victims(
+            waiting,
+            below,
+            self.idx.free,
+            self.idx.capacity,
+            self.cfg.min_run_s,
+            self.free_cpus,
+        )
+
+    def _may_make_room(self: Simulator, job: SimJob) -> bool:
+        """False if `_make_room` would fail as it did last time (see `no_room`)."""
+        rec = self.no_room.get(job.id)
+        if rec is None or rec[0] != job.key_ver:
+            return True
+        if not job.must_consolidate:
+            return rec[1] != self.epoch
+        grown = self.grown
+        if rec[1] == len(grown):
+            return False
+        # room can have grown only on the nodes logged since; with those that had room
+        # then, are there enough nodes now?
+        # (room on a node: its free GPUs and those of its jobs ranked below this one;
+        # the same test as need[target] > key, without rebuilding the node's table)
+        nodes = set(grown[rec[1] :])
+        nodes.update(rec[2])
+        cap = self.idx.capacity
+        target = min(job.gpus, cap)
+        free_of, on_node, jk = self.idx.free, self.on_node, job.key
+        room = []
+        for n in nodes:
+            r = free_of[n]
+            if r < target:
+                for v, g in on_node[n].items():
+                    if v.key > jk:
+                        r += g
+                if r < target:
+                    continue
+            room.append(n)
+        if len(room) >= min_nodes(job.gpus, cap):
+            return True
+        self.no_room[job.id] = (rec[0], len(grown), tuple(room))
+        return False
+
+    def _rose_past(self: Simulator, job: SimJob, i: int, j: int) -> None:
+        """Running `job`'s key rose past blocked_keys[i:j]: log its nodes if one of
+        those jobs is still blocked with that key, else drop the stale keys."""
+        blocked, blocked_job = self.blocked_keys, self.blocked_job
+        for k in blocked[i:j]:
+            b = blocked_job[k]
+            if b.key == k and not b.running and b.finish is None:
+                self.grown.extend([n for n, _ in job.alloc])
+                return
+        for k in blocked[i:j]:
+            del blocked_job[k]
+        del blocked[i:j]
+
+    def _clear_nodes(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """Free whole-node room for a consolidated job by preempting lower-ranked jobs.
+
+        As for other jobs, the worst-ranked go first: the nodes picked are those whose
+        best-ranked job that must go ranks lowest, and on a picked node jobs go worst
+        first, only as many as needed. (Picking the nodes with the fewest GPUs to free
+        instead evicted mid-ranked jobs, which restarted at once by preempting the
+        lower-ranked ones: chains of same-instant restarts.) The per-node `need` tables
+        make each check one key comparison per node. With CPUs on, the nodes are still
+        picked by GPUs; on each, jobs go until the job's cores are free as well.
+        """
+        self.cleared = []  # the victims, for tests
+        need_nodes = min_nodes(job.gpus, self.idx.capacity)
+        target = min(job.gpus, self.idx.capacity)
+        jk = job.key
+        if self.dirty:
+            self._index_nodes()
+        # a node can give `target` GPUs iff the best job that must go for it ranks below
+        # `jk`; when need_nodes > 1, target is a whole node
+        # the need_nodes nodes with the lowest-ranked needs (ties: node order), all of which
+        # must rank below the job
+        n = len(self.node_names)
+        col = self.need_by[target * n : (target + 1) * n]
+        top = max(col)  # the first node's, among equals
+        if not top > jk:
+            return self._no_room_here(job, ())
+        if need_nodes == 1:
+            best = [col.index(top)]
+        else:
+            best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
+            if not col[best[-1]] > jk:
+                names = self.node_names
+                return self._no_room_here(job, tuple(names[i] for i in best if col[i] > jk))
+        cpg = job.cpus_per_gpu
+        for node in (self.node_names[i] for i in best):
+            here = self.on_node[node]
+            share = [(node, target)]
+            for key, _, v in self.node_worst[node]:  # worst first
+                if self._fits(share, cpg) or not key > jk:
+                    break
+                if v in here:  # not gone already with an earlier node
+                    self._preempt(v, now, release=True)
+                    self.cleared.append(v.id)
+        return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
+
+    def _no_room_here(self: Simulator, job: SimJob, room: tuple[str, ...]) -> None:
+        """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
+        self.no_room[job.id] = (job.key_ver, len(self.grown), room)
+        blocked, jk = self.blocked_keys, job.key
+        i = bisect_left(blocked, jk)
+        if i == len(blocked) or blocked[i] != jk:
+            blocked.insert(i, jk)
+            self.blocked_job[jk] = job
+            if len(blocked) > self.blocked_limit:  # drop the stale keys
+                live = {
+                    k: b
+                    for k, b in self.blocked_job.items()
+                    if b.key == k and not b.running and b.finish is None
+                }
+                self.blocked_job = live
+                self.blocked_keys = sorted(live)
+                self.blocked_limit = max(1024, 2 * len(live))
+
+    def _index_nodes(self: Simulator) -> None:
+        """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
+        cap1 = self.idx.capacity + 1
+        free_of = self.idx.free
+        on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
+        need_by = self.need_by
+        n = len(self.node_names)
+
+        for node in self.dirty:
+            worst = sorted(
+                [(v.key, g, v) for v, g in on_node[node].items()], key=_first, reverse=True
+            )
+            # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
+            # bring the room to t; () (below every key) if even all of them cannot
+            need: list[tuple] = [ABOVE_ALL] * (free_of[node] + 1)
+            for key, g, _ in worst:
+                need += [key] * g
+            if len(need) < cap1:
+                need += [()] * (cap1 - len(need))
+            node_worst[node] = worst
+            need_by[node_pos[node] :: n] = need
+        self.dirty.clear()

@@ -1,0 +1,130 @@
+"""The simulator's Slurm scheduler ("slurm"): the ticks of the backfill pass and of the
+policy's pass interval, and the backfill pass on the simulator's state.
+
+Slurm's main scheduler is the engine's strict pass (priority order, it stops at the first
+job that does not fit), run after every batch of events. Its backfill pass runs at the
+multiples of `bf_interval_s`, but only when something it reads changed since the last
+one (a job arrived, started, ended or changed rank) and GPUs are free: otherwise it
+would start nothing. The pass itself is `sim.backfill.backfill_pass`, a pure function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+from slurm_ext.sim.backfill import BackfillParams, Candidate, backfill_pass
+
+if TYPE_CHECKING:
+    from slurm_ext.sim.engine import Simulator
+
+INF = math.inf
+POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
+
+
+def next_multiple(now: float, step: float) -> float:
+    """The first multiple of `step` after `now`."""
+    return (math.floor(now / step) + 1) * step
+
+
+class SlurmPasses:
+    """Mixin of `Simulator`."""
+
+    def _arm_ticks(self: Simulator, now: float) -> None:
+        """Schedule the next backfill tick (something changed) and policy tick."""
+        cl = self.cl
+        if self.bf_changed and self.bf_due is None and self.n_pending:
+            self.bf_due = next_multiple(now, cl.bf_interval_s)
+            self.seq += 1
+            heappush(self.events, (self.bf_due, BF_TICK, self.seq, 0, None))
+        if cl.pass_interval_s and cl.preemptive and self.n_pending and self.policy_due is None:
+            self._arm_policy_tick(now)
+
+    def _arm_policy_tick(self: Simulator, now: float) -> None:
+        self.policy_due = next_multiple(now, self.cl.pass_interval_s)
+        self.seq += 1
+        heappush(self.events, (self.policy_due, POLICY_TICK, self.seq, 0, None))
+
+    def _backfill(self: Simulator, now: float) -> None:
+        """One sched/backfill pass: start the jobs it backfills."""
+        self.bf_changed = False
+        if self.idx.total_free <= 0 or not self.n_pending:
+            return
+        if not self._any_fits_now():
+            return  # nothing can start now, whatever the reservations
+        cl = self.cl
+        params = BackfillParams(cl.bf_window_s, cl.bf_max_job_test, cl.bf_resolution_s)
+        popped: list[tuple] = []
+        try:
+            started = backfill_pass(
+                now,
+                self._candidates(popped),
+                self.idx.free,
+                self._node_ends,
+                self.idx.capacity,
+                params,
+                self.free_cpus,
+            )
+        finally:
+            for b, entry in popped:  # started jobs' entries go stale
+                heappush(self.pending[b], entry)
+        by_id = self.by_id
+        for job_id, alloc in started:
+            self._start(by_id[job_id], alloc, now)
+
+    def _fits_now(self: Simulator, bucket: tuple[int, bool, int]) -> bool:
+        """Whether a job of this bucket could fit the free GPUs now, by GPU count alone.
+        Starts only take GPUs, so a bucket that cannot fit at the start of a pass cannot
+        fit later in it."""
+        idx = self.idx
+        gpus, consolidate, _ = bucket
+        if gpus > idx.total_free:
+            return False
+        return not consolidate or any(
+            idx.buckets[f] for f in range(min(gpus, idx.capacity), idx.capacity + 1)
+        )
+
+    def _any_fits_now(self: Simulator) -> bool:
+        """Whether some pending job could fit now (the pass could start something)."""
+        return any(
+            self._fits_now(b) and self._top(heap, False) is not None
+            for b, heap in self.pending.items()
+        )
+
+    def _node_ends(self: Simulator, node: str) -> list[tuple[float, int]]:
+        """(when its time limit runs out, GPUs) of each job running on `node`."""
+        return [
+            (j.start + j.limit if j.limit is not None else INF, g)
+            for j, g in self.on_node[node].items()
+        ]
+
+    def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
+        """The pending jobs best key first: a merge of the bucket heaps, popping entries as
+        they are read (into `popped`, to be pushed back). It ends once only buckets that
+        cannot fit now are left: their jobs cannot start in this pass, so neither their
+        reservations nor anything after them changes what it starts."""
+        heads = []
+        for b, heap in self.pending.items():
+            if self._top(heap, False) is not None:
+                heads.append((heap[0], b))
+        heapify(heads)
+        fit = {b for _, b in heads if self._fits_now(b)}
+        while heads and fit:
+            entry, b = heappop(heads)
+            heap = self.pending[b]
+            heappop(heap)  # == entry
+            popped.append((b, entry))
+            job = entry[3]
+            yield Candidate(
+                job.id,
+                job.gpus,
+                job.must_consolidate,
+                job.limit if job.limit is not None else INF,
+                job.cpus_per_gpu,
+            )
+            if self._top(heap, False) is not None:
+                heappush(heads, (heap[0], b))
+            else:
+                fit.discard(b)

@@ -1,0 +1,157 @@
+"""The simulated cluster's settings and one simulated job's state."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slurm_ext.model import JobView
+from slurm_ext.policy.kinds import Completed
+from slurm_ext.sim.cpus import DEFAULT_KNEES
+from slurm_ext.sim.traces import TraceJob
+
+SCHEDULERS = ("slurm", "greedy", "strict")
+
+
+@dataclass
+class SimConfig:
+    """The simulated cluster and its mechanics.
+
+    restart_overhead_s: wall time a preempted job loses when it restarts (checkpoint
+        reload, warm-up); counted as GPU time held, not as progress.
+    history_refresh: rebuild the Gittins table after this many completions at most
+        (sooner while the history is small: every 25% growth).
+    history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds,
+        (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`), or
+        `Completed` records with their kind for per-kind tables (`gittins_kinds`).
+    scheduler: who starts pending jobs, in the policy's priority order (docs/simulator.md):
+        "slurm": Slurm's main scheduler (at events: strict order, stops at the first
+            job that does not fit) plus its sched/backfill pass every bf_interval_s
+            (reservations from time limits, `sim.backfill`); jobs die at their limit.
+        "greedy": one pass per event batch, lower-ranked jobs that fit start past a
+            blocked one (first fit, no reservation, no time limits).
+        "strict": the pass stops at the first job that does not fit (sched/builtin).
+    bf_window_s, bf_max_job_test, bf_interval_s, bf_resolution_s: Slurm's bf_window (in
+        seconds here), bf_max_job_test, bf_interval and bf_resolution ("slurm" only).
+    pass_interval_s: how often the policy acts (the service's interval_s): key changes
+        and preemption decisions happen at multiples of it; 0: at every event.
+    checkpoint_interval_s: a preempted job resumes from its last checkpoint, the last
+        multiple of this of its progress (work seconds); the rest is lost work. 0: no loss.
+    preemptible_fraction: the share of jobs that may be preempted (opted in to requeue),
+        a seeded draw per job (`seed`); None: the trace's checkpoint flags if any job
+        has one, else every job.
+    cpus_per_node: cores per node; None or 0 leaves CPUs out (GPUs only). When set, a job
+        takes its cores per GPU (`TraceJob.cpus_per_gpu`, default the even share
+        cpus_per_node // gpus_per_node) on each of its nodes, and runs at
+        cpu_speed(model, cores per GPU, cpu_knees).
+    cpu_knees: per model, the cores per GPU at which its GPU saturates.
+    """
+
+    nodes: int = 8
+    gpus_per_node: int = 8
+    preemptive: bool = True
+    placement: str = "consolidate"
+    restart_overhead_s: float = 30.0
+    history_refresh: int = 1000
+    history: list[float | tuple[int, float] | Completed] = field(default_factory=list)
+    scheduler: str = "slurm"
+    cpus_per_node: int | None = None
+    cpu_knees: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_KNEES))
+    bf_window_s: float = 86400.0
+    bf_max_job_test: int = 500
+    bf_interval_s: float = 30.0
+    bf_resolution_s: float = 60.0
+    pass_interval_s: float = 0.0
+    checkpoint_interval_s: float = 0.0
+    preemptible_fraction: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(
+                f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}"
+            )
+        for name in ("bf_window_s", "bf_interval_s", "bf_resolution_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        for name in ("pass_interval_s", "checkpoint_interval_s", "restart_overhead_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if self.bf_max_job_test < 1:
+            raise ValueError(f"bf_max_job_test must be >= 1, got {self.bf_max_job_test}")
+        f = self.preemptible_fraction
+        if f is not None and not (0.0 <= f <= 1.0):
+            raise ValueError(f"preemptible_fraction must be within [0, 1], got {f}")
+
+
+class SimJob:
+    """One job's state in a run; `view` is what a live service would know of it."""
+
+    __slots__ = (
+        "id", "gpus", "submit", "duration", "model", "user", "partition", "must_consolidate",
+        "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
+        "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
+        "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
+        "limit", "preemptible", "killed", "timed_out", "name", "account",
+    )  # fmt: skip
+
+    def __init__(
+        self, t: TraceJob, must_consolidate: bool, cpus_per_gpu: int = 0, speed: float = 1.0
+    ) -> None:
+        self.id, self.gpus, self.submit, self.duration = (
+            t.job_id,
+            t.gpus,
+            t.submit_time,
+            t.duration_s,
+        )
+        self.model, self.user, self.partition = t.model_tag, t.user, t.partition
+        # its kind: what the conditioned Gittins index reads (never its duration)
+        self.name, self.account = t.job_name, t.account
+        self.must_consolidate = must_consolidate
+        self.progress = 0.0  # work seconds done (at full speed)
+        self.attained = 0.0  # GPU-seconds held, before the current stint
+        self.executed = 0.0  # wall seconds held, before the current stint
+        self.running = False
+        self.start = 0.0
+        self.last_run = 0.0
+        self.waiting_since = t.submit_time
+        self.alloc: list[tuple[str, int]] = []
+        self.slowdown = 1.0
+        self.overhead = 0.0
+        self.key: tuple = ()
+        self.key_ver = 0
+        self.run_ver = 0
+        self.finish: float | None = None
+        self.stints = 0
+        self.preemptions = 0
+        self.first_start: float | None = None
+        self.promoted_at: float | None = None
+        self.cpus_per_gpu = cpus_per_gpu  # cores per GPU held while running; 0: not counted
+        self.speed = speed  # work seconds per wall second from its cores (1: not starved)
+        self.limit = t.time_limit_s  # Slurm kills a stint this long ("slurm" scheduler)
+        self.preemptible = True  # opted in to requeue
+        self.killed = False  # this stint's end event is its time limit
+        self.timed_out = False  # killed at its limit (finished, unfinished work)
+
+    def view(self, now: float) -> JobView:
+        ran = now - self.start if self.running else 0.0
+        return JobView(
+            job_id=self.id,
+            gpus=self.gpus,
+            submit_time=self.submit,
+            attained_gpu_s=self.attained + self.gpus * ran,
+            executed_s=self.executed + ran,
+            running=self.running,
+            last_run_s=ran if self.running else self.last_run,
+            waiting_since=None if self.running else self.waiting_since,
+            user=self.user,
+            partition=self.partition,
+            model_tag=self.model,
+            true_duration_s=self.duration,
+            promoted_at_gpu_s=self.promoted_at if self.running else None,
+            job_name=self.name,
+            account=self.account,
+            time_limit_s=self.limit,
+        )

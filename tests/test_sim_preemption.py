@@ -1,0 +1,196 @@
+"""The one preemption rule (`policy.preemption.choose_victims`): hand-built cases, the
+service and the simulator picking the same jobs on random snapshots, the simulator's
+clearing tables against the rule, and the costs of preemption in the simulator."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from slurm_ext.model import Job, JobState, Node
+from slurm_ext.policy import PolicyConfig, choose_gpus, rank
+from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
+from slurm_ext.service import _per_node, preemption_victims
+from slurm_ext.sim.engine import SimConfig, Simulator
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.traces import TraceJob
+
+
+def rj(job_id, alloc, ok=True, ran=1000.0, pinned=False):
+    return RunningJob(job_id, tuple(alloc), ok, ran, pinned)
+
+
+def test_worst_first_only_as_many_as_needed_and_only_eligible():
+    free = {"n0": 0, "n1": 0}
+    below = [  # worst first
+        rj(1, [("n0", 1)], ok=False),  # not opted in
+        rj(2, [("n0", 1)], pinned=True),
+        rj(3, [("n1", 1)], ran=10.0),  # within min_run_s
+        rj(4, [("n1", 2)]),
+        rj(5, [("n0", 2)]),
+        rj(6, [("n0", 1)]),
+    ]
+    spread = WaitingJob(9, 3, consolidate=False)
+    assert choose_victims(spread, below, free, 4, min_run_s=60) == [4, 5]
+    # a victim whose GPUs turn out not to be needed keeps running: taking 4 (2 GPUs),
+    # then 5 (2) frees 4 for a 2-GPU job... 4 alone suffices
+    assert choose_victims(WaitingJob(9, 2, False), below, free, 4, min_run_s=60) == [4]
+    assert choose_victims(WaitingJob(9, 9, False), below, free, 4, min_run_s=60) == []
+    assert choose_victims(WaitingJob(9, 1, False), below, {"n0": 1, "n1": 0}, 4) == []
+
+
+def test_consolidated_job_clears_the_node_of_the_lowest_ranked_jobs():
+    # 2 nodes x 4 GPUs; n0: 1 free, job 2 (1 GPU) and 2 GPUs of a job ranked above
+    free = {"n0": 1, "n1": 0}
+    below = [rj(1, [("n1", 1)]), rj(2, [("n0", 1)]), rj(3, [("n1", 3)])]
+    # for 2 GPUs n0 needs job 2 gone, n1 needs jobs 1 and 3 (3 ranks above 2): n0 is
+    # cleared, and only job 2 goes
+    assert choose_victims(WaitingJob(9, 2, True), below, free, 4) == [2]
+    # a 4-GPU job needs a whole node: n1 (jobs 1 and 3) or n0 (2 plus a job not below)
+    assert choose_victims(WaitingJob(9, 4, True), below, free, 4) == [1, 3]
+    # two whole nodes: impossible while n0 holds a job that is not below the waiting one
+    assert choose_victims(WaitingJob(9, 8, True), below, free, 4) == []
+
+
+def _snapshot(seed: int):
+    """A random simulator state at t=1000 and the same state as the service sees it."""
+    rng = random.Random(seed)
+    gpn = rng.choice([4, 8])
+    placement = rng.choice(["consolidate", "spread"])
+    all_ok = rng.random() < 0.5
+    trace = [
+        TraceJob(
+            job_id=i + 1,
+            gpus=rng.choice([1, 1, 2, 3, gpn // 2, gpn, 2 * gpn]),
+            submit_time=round(rng.uniform(0, 400), 1),
+            duration_s=1e6,
+            model_tag=rng.choice(["resnet50", "vgg16"]),
+            checkpoint=all_ok or rng.random() < 0.7,
+        )
+        for i in range(rng.randint(4, 16))
+    ]
+    cfg = PolicyConfig(
+        policy=rng.choice(["las", "fifo"]),
+        queue_thresholds_gpu_s=[rng.choice([200.0, 2000.0])],
+        min_run_s=rng.choice([0.0, 300.0]),
+        starvation_factor=0,
+    )
+    cl = SimConfig(nodes=rng.randint(2, 5), gpus_per_node=gpn, placement=placement)
+    sim = Simulator([t for t in trace if t.gpus <= cl.nodes * gpn], cfg, cl)
+    now = 1000.0
+    starts = sorted((rng.uniform(j.submit, now - 1), j) for j in sim.jobs if rng.random() < 0.7)
+    for t, job in starts:
+        alloc = choose_gpus(sim.idx, job.gpus, job.must_consolidate)
+        if alloc is None or _per_node(_service_job(job, alloc, t, True)) != alloc:
+            continue  # no room, or a split the service's Job cannot express
+        sim._start(job, alloc, t)
+    for job in sim.jobs:
+        sim._rekey(job, now)
+    jobs = {
+        j.id: _service_job(j, j.alloc, j.start, j.preemptible) if j.running else _pending(j)
+        for j in sim.jobs
+    }
+    nodes = [
+        Node(name=n, gpus=gpn, gpus_alloc=gpn - f, state="MIXED") for n, f in sim.idx.free.items()
+    ]
+    return sim, cfg, placement, jobs, nodes, now
+
+
+def _service_job(j, alloc, start, ok):
+    flag = "checkpoint=1" if ok else "checkpoint=0"
+    return Job(
+        job_id=j.id,
+        state=JobState.RUNNING,
+        gpus=j.gpus,
+        submit_time=j.submit,
+        start_time=start,
+        nodes=tuple(n for n, _ in alloc),
+        requeue=True,
+        comment=f"model={j.model} {flag}",
+    )
+
+
+def _pending(j):
+    return Job(
+        job_id=j.id,
+        state=JobState.PENDING,
+        gpus=j.gpus,
+        submit_time=j.submit,
+        comment=f"model={j.model}",
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_service_and_simulator_pick_the_same_victims(seed):
+    sim, cfg, placement, jobs, nodes, now = _snapshot(seed)
+    decisions = rank(sim.views(now), now, cfg)
+    assert [d.job_id for d in decisions] == sim.order()
+    top, victims = preemption_victims(decisions, jobs, nodes, set(), now, cfg, placement)
+    pending = [i for i in sim.order() if not sim.by_id[i].running]
+    if not pending:
+        assert top is None and victims == []
+        return
+    job = sim.by_id[pending[0]]
+    assert top == job.id
+    if choose_gpus(sim.idx, job.gpus, job.must_consolidate) is not None:
+        assert victims == []
+        return
+    before = {j.id: j.preemptions for j in sim.jobs}
+    sim.verify_victims = True  # the clearing tables, when used, must agree with the rule
+    sim._make_room(job, now)
+    preempted = sorted(j.id for j in sim.jobs if j.preemptions > before[j.id])
+    assert sorted(victims) == preempted
+
+
+@pytest.mark.parametrize("policy", ["las", "gittins"])
+def test_clearing_tables_pick_what_the_rule_picks(policy):
+    """Whole runs: every clearing by the tables is checked against choose_victims."""
+    trace = synth_jobs(600, 32, load=1.2, seed=4)
+    sim = Simulator(trace, PolicyConfig(policy=policy), SimConfig(nodes=4, gpus_per_node=8))
+    sim.verify_victims = True
+    sim.run()
+    assert sim.preemptions > 0
+
+
+# Preemption costs. One 1-GPU node; LAS, one queue threshold at 50 GPU-s: A (1000 s of
+# work) runs from 0, drops to queue 1 at t=50 and B (queue 0) preempts it.
+TWO = [
+    TraceJob(job_id=1, gpus=1, submit_time=0, duration_s=1000),
+    TraceJob(job_id=2, gpus=1, submit_time=10, duration_s=40),
+]
+LAS = PolicyConfig(policy="las", queue_thresholds_gpu_s=[50.0], min_run_s=0)
+
+
+def _run(trace=TWO, **cl):
+    sim = Simulator(trace, LAS, SimConfig(nodes=1, gpus_per_node=1, restart_overhead_s=5, **cl))
+    return sim, {j.id: j for j in sim.run()}
+
+
+def test_checkpoint_interval_loses_the_work_since_the_last_checkpoint():
+    sim, jobs = _run()
+    assert jobs[1].finish == pytest.approx(1045.0) and sim.lost_work_gpu_s == 0
+    # checkpoints every 30 s of work: preempted at 50, it resumes from 30 (20 s lost)
+    sim, jobs = _run(checkpoint_interval_s=30.0)
+    assert sim.lost_work_gpu_s == pytest.approx(20.0)
+    assert jobs[1].finish == pytest.approx(90 + 5 + 970)
+
+
+def test_only_preemptible_jobs_are_preempted():
+    sim, jobs = _run(preemptible_fraction=0.0)
+    assert sim.preemptions == 0 and jobs[2].first_start == 1000.0
+    flagged = [TWO[0].__class__(**{**TWO[0].__dict__, "checkpoint": True}), TWO[1]]
+    sim, _ = _run(flagged)  # the trace's flags: A opted in
+    assert sim.preemptions == 1
+    sim, _ = _run([TWO[0], TraceJob(**{**TWO[1].__dict__, "checkpoint": True})])
+    assert sim.preemptions == 0  # only B opted in: A may not be preempted
+    draws = Simulator(synth_jobs(400, 8, seed=1), LAS, SimConfig(preemptible_fraction=0.3))
+    share = sum(j.preemptible for j in draws.jobs) / 400
+    assert 0.22 < share < 0.38
+
+
+def test_pass_interval_delays_the_policy_to_its_ticks():
+    # A's key drops at t=50; with a 120 s pass interval the policy sees it at t=120
+    sim, jobs = _run(pass_interval_s=120.0)
+    assert jobs[2].first_start == pytest.approx(120.0) and sim.preemptions == 1
+    assert jobs[1].finish == pytest.approx(160 + 5 + 880)
