@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from nodeagent import colocation as co
 from slurm_ext.policy import PolicyConfig
+from slurm_ext.policy import colocation as co
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent import colocation as co
 from nodeagent.accounts import JobAccount
 from nodeagent.cgroups import (
     CgroupMounts,
@@ -33,6 +32,7 @@ from nodeagent.jobinfo import JobInfo, SlurmJobInfo, vouched
 from nodeagent.progress import ProgressReader
 from nodeagent.report import JobReport, ReportSender
 from nodeagent.state import STATE_VERSION, read_state, restore_totals, write_state
+from slurm_ext.policy import colocation as co
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.colocation import (
+from slurm_ext.policy.colocation import (
     GUARANTEED as G,
 )
-from nodeagent.colocation import (
+from slurm_ext.policy.colocation import (
     OPPORTUNISTIC as O,
 )
-from nodeagent.colocation import (
+from slurm_ext.policy.colocation import (
     ClassRules,
     CoState,
     EacoModel,

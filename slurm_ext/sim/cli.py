@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from nodeagent import colocation as co
 from slurm_ext.config import ConfigError, load_config
 from slurm_ext.policy import POLICIES, PolicyConfig
+from slurm_ext.policy import colocation as co
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.cpus import DEFAULT_KNEES

@@ -7,7 +7,7 @@ it. Opportunistic jobs wait in their own FIFO queue (first fit) for GPUs with a 
 guaranteed job holds first, then idle ones (`on_idle`). A guaranteed job is given the
 free GPUs of its nodes that carry no opportunistic job where it can.
 
-On every node a simulated agent runs `nodeagent.colocation.decide()` - the very function
+On every node a simulated agent runs `policy.colocation.decide()` - the very function
 the real agent runs - on what it would read: each job's utilisation (its solo demand x
 its speed from `sharing.speeds`, 0 when paused), the GPU's memory (paused jobs keep
 theirs) and power. Its pauses and resumes take effect at once (the real agent acts within
@@ -25,9 +25,9 @@ import heapq
 import sqlite3
 from collections.abc import Mapping, Sequence
 
-from nodeagent import colocation as co
 from slurm_ext.coloc_history import ColocHistory, Observation
 from slurm_ext.policy import PolicyConfig
+from slurm_ext.policy import colocation as co
 from slurm_ext.sim.coloc_model import (
     AGENT_SAMPLE_S,
     DEFAULT_SHARE,

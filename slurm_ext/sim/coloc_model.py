@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeagent import colocation as co
+from slurm_ext.policy import colocation as co
 from slurm_ext.sim.engine import SimJob
 from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, ProfileMix
 from slurm_ext.sim.traces import TraceJob
