@@ -54,6 +54,10 @@ def test_light_pair_shares_and_saves_energy():
         shared["kwh_per_gpu_hour_of_work"]
     )
     assert alone["gpu_utilization"] == pytest.approx(0.4)
+    # over the GPU-seconds holding a job: the same here (the GPU is held until each ends)
+    assert alone["held_gpu_utilization"] == pytest.approx(0.4)
+    assert shared["held_gpu_utilization"] == pytest.approx(0.784)
+    assert alone["gpus_held_fraction"] == shared["gpus_held_fraction"] == pytest.approx(1.0)
     assert shared["pauses_per_opportunistic_job"] == 0
 
 

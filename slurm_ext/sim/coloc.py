@@ -90,6 +90,8 @@ class SharingSimulator(Simulator):
         self.energy_j = 0.0
         self.held_energy_j = 0.0  # GPUs that hold a job only (idle ones as if powered off)
         self.held_watts = 0.0
+        self.holding = 0  # GPUs holding a job now
+        self.held_gpu_s = 0.0  # integral of `holding`
         self.busy_gpu_s = 0.0  # integral of the GPUs' summed busy fraction
         self.watts = cluster.nodes * cluster.gpus_per_node * share.power.idle_w
         self.busy = 0.0
@@ -109,6 +111,7 @@ class SharingSimulator(Simulator):
             self.energy_j += self.watts * dt
             self.held_energy_j += self.held_watts * dt
             self.busy_gpu_s += self.busy * dt
+            self.held_gpu_s += self.holding * dt
             for tr in self.track.values():
                 s = tr.sums
                 base = 3 if tr.shared else 0
@@ -154,6 +157,7 @@ class SharingSimulator(Simulator):
     def _complete(self, job: SimJob, now: float) -> None:
         if job in self.on_shards:
             self._advance(now)
+            job.progress = min(job.duration, self._progress(job, now))
             self._leave(job, now)
             self.on_shards.discard(job)
             job.running = False
@@ -458,6 +462,7 @@ class SharingSimulator(Simulator):
         self.watts = watts + (n_gpus - used) * power.idle_w
         holding = sum(1 for g in self.gpus.values() if g.guaranteed is not None or g.opp)
         self.held_watts = watts + (holding - used) * power.idle_w
+        self.holding = holding
         self.busy = busy_sum
         for job, tr in self.track.items():
             s = job_speed.get(job, 0.0)

@@ -5,13 +5,18 @@ setting of `--compare` (FIFO, `--scheduler slurm`, no preemption: `run.slurm_alo
 "shared" is `SharingSimulator` with the policy and cluster given (for sharing's effect
 alone, give the same: `--policy fifo --no-preemptive`). Under the Slurm scheduler both
 runs read the same trace with the same time limits (`run.with_limits`), and a stint
-that outlives its limit (sharing slows it) is killed, as Slurm would. Both are charged by the same power model over their own run (first
-submit to last completion, idle GPUs at idle power): alone, a GPU with a job draws
-idle + dynamic x the job's utilisation, so its energy is a sum over jobs; shared, the
-simulator integrates each GPU's power as it changes. `held_kwh_...` counts only GPUs
-that hold a job (idle ones as if powered down: EaCO's accounting), the figure where
-packing shows; with idle GPUs at idle power the energy of a trace whose jobs all finish
-moves only with the makespan.
+that outlives its limit (sharing slows it) is killed, as Slurm would.
+
+Both are charged by the same power model over their own run (first submit to last
+completion, idle GPUs at idle power): alone, a GPU with a job draws idle + dynamic x the
+job's utilisation, so its energy is a sum over jobs; shared, the simulator integrates
+each GPU's power as it changes. `held_kwh_...` counts only GPUs that hold a job (idle
+ones as if powered down: EaCO's accounting), the figure where packing shows; with idle
+GPUs at idle power the energy of a trace whose jobs all finish moves only with the
+makespan. Utilisation: `gpu_utilization` is the GPUs' busy fraction (what
+nvidia-smi's utilization.gpu reads, capped at 1 per GPU) over all GPUs and the makespan;
+`held_gpu_utilization` the same over the GPU-seconds that hold a job (EaCO's "GPUs
+holding a job"); `gpus_held_fraction` the share of GPU-seconds allocated at all.
 """
 
 from __future__ import annotations
@@ -57,7 +62,6 @@ def run_pair(
 ) -> dict[str, dict[str, float]]:
     """Slurm alone and shared on the same trace; returns both and their ratios.
     `profiles`: job id -> profile for the jobs it names (others drawn from share.mix)."""
-    t0 = time.perf_counter()
     trace = with_limits(trace, cluster)
     power = share.power
     n_gpus = cluster.nodes * cluster.gpus_per_node
@@ -67,6 +71,7 @@ def run_pair(
 
     sim = SharingSimulator(trace, policy, cluster, share, profiles)
     prof = sim.profile
+    t0 = time.perf_counter()
     alone_sim = Simulator(trace, replace(policy, policy="fifo"), slurm_alone(cluster))
     alone_jobs = alone_sim.run()
     span = max(j.finish for j in alone_jobs) - start  # type: ignore[type-var]
@@ -74,12 +79,15 @@ def run_pair(
     busy_gpu_s = sum(prof[t.job_id].util * t.gpus * run_s[t.job_id] for t in trace)
     dynamic = (power.busy_w - power.idle_w) * busy_gpu_s
     energy = power.idle_w * n_gpus * span + dynamic
-    held = power.idle_w * sum(t.gpus * run_s[t.job_id] for t in trace) + dynamic
+    held_gpu_s = sum(t.gpus * run_s[t.job_id] for t in trace)
+    held = power.idle_w * held_gpu_s + dynamic
     alone = {
         "energy_kwh": energy / 3.6e6,
         "kwh_per_gpu_hour_of_work": energy / 3.6e6 / work_gpu_h,
         "held_kwh_per_gpu_hour_of_work": held / 3.6e6 / work_gpu_h,
         "gpu_utilization": busy_gpu_s / (n_gpus * span),
+        "held_gpu_utilization": busy_gpu_s / held_gpu_s if held_gpu_s else 0.0,
+        "gpus_held_fraction": held_gpu_s / (n_gpus * span),
         "makespan_s": span,
         **{
             f"guaranteed_{k}": v
@@ -90,6 +98,7 @@ def run_pair(
             for k, v in _jct([j for j in alone_jobs if j.id in opp_ids]).items()
         },
         "timeouts": alone_sim.timeouts,
+        "opportunistic_timeouts": sum(j.timed_out for j in alone_jobs if j.id in opp_ids),
         "runtime_s": time.perf_counter() - t0,
     }
 
@@ -105,12 +114,15 @@ def run_pair(
         "kwh_per_gpu_hour_of_work": sim.energy_j / 3.6e6 / work_gpu_h,
         "held_kwh_per_gpu_hour_of_work": sim.held_energy_j / 3.6e6 / work_gpu_h,
         "gpu_utilization": sim.busy_gpu_s / (n_gpus * span_s),
+        "held_gpu_utilization": sim.busy_gpu_s / sim.held_gpu_s if sim.held_gpu_s else 0.0,
+        "gpus_held_fraction": sim.held_gpu_s / (n_gpus * span_s),
         "makespan_s": span_s,
         **{
             f"guaranteed_{k}": v for k, v in _jct([j for j in sim.jobs if j not in sim.opp]).items()
         },
         **{f"opportunistic_{k}": v for k, v in _jct(sim.opp_jobs).items()},
         "timeouts": sim.timeouts,
+        "opportunistic_timeouts": sum(j.timed_out for j in sim.opp_jobs),
         "guaranteed_stretch_p50": percentile(stretch, 50),
         "guaranteed_stretch_p99": percentile(stretch, 99),
         "guaranteed_stretch_max": stretch[-1] if stretch else 1.0,
@@ -131,6 +143,8 @@ def run_pair(
             "kwh_per_gpu_hour_of_work",
             "held_kwh_per_gpu_hour_of_work",
             "gpu_utilization",
+            "held_gpu_utilization",
+            "gpus_held_fraction",
             "makespan_s",
             "guaranteed_avg_jct_s",
             "guaranteed_p99_jct_s",
