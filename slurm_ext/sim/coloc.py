@@ -83,6 +83,10 @@ class SharingSimulator(Simulator):
         self.node_paused: dict[str, set[SimJob]] = {n: set() for n in self.node_names}
         self.agents = {n: co.CoState() for n in self.node_names}
         self.changed: set[str] = set()  # nodes whose agent must look again
+        self.stale = True  # occupants or pauses changed since the last `_respeed`
+        # each active GPU's jobs' speeds, recomputed for the GPUs in `dirty_gpus` only
+        self.gpu_speed: dict[GpuKey, dict[SimJob, float]] = {}
+        self.dirty_gpus: set[GpuKey] = set()
         self.seen_speed: dict[SimJob, float] = {}
         self._util_cache: dict[int, float | None] = {}
         self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
@@ -136,6 +140,7 @@ class SharingSimulator(Simulator):
             for k in free[:count]:
                 g = self.gpus[k]
                 g.guaranteed = job
+                self._touch((k,))
                 if job not in self.opp and any(o not in self.paused for o in g.opp):
                     self.unjudged += 1
                 keys.append(k)
@@ -229,6 +234,7 @@ class SharingSimulator(Simulator):
             if keys is None:
                 keep.append(entry)
                 continue
+            self._touch(keys)
             for k in keys:
                 self.gpus[k].opp.append(job)
                 self.changed.add(k[0])
@@ -298,6 +304,7 @@ class SharingSimulator(Simulator):
 
     def _leave(self, job: SimJob, now: float) -> None:
         """Take a stopping job off its GPUs; its history goes to the store."""
+        self._touch(self.placed.get(job, ()))
         for k in self.placed.pop(job, []):
             g = self.gpus[k]
             if g.guaranteed is job:
@@ -338,15 +345,25 @@ class SharingSimulator(Simulator):
         self._respeed(now)
 
     # ---- the agents --------------------------------------------------------------------
+    def _touch(self, keys: Sequence[GpuKey]) -> None:
+        """These GPUs' occupants or pauses changed: their speeds and power are stale."""
+        self.stale = True
+        self.dirty_gpus.update(keys)
+
     def _speeds(self) -> dict[GpuKey, dict[SimJob, float]]:
-        out = {}
-        for k, g in self.gpus.items():
+        """Each active GPU's jobs' speeds (read-only: kept and updated in place)."""
+        out = self.gpu_speed
+        for k in self.dirty_gpus:
+            g = self.gpus[k]
             active = ([g.guaranteed] if g.guaranteed else []) + [
                 o for o in g.opp if o not in self.paused
             ]
             if active:
                 sp = speeds([self.profile[j.id] for j in active], self.share.interference)
                 out[k] = dict(zip(active, sp, strict=True))
+            else:
+                out.pop(k, None)
+        self.dirty_gpus.clear()
         return out
 
     def _job_speeds(self, per_gpu: dict[GpuKey, dict[SimJob, float]]) -> dict[SimJob, float]:
@@ -390,6 +407,7 @@ class SharingSimulator(Simulator):
         state = self.agents[node]
         views = []
         live: set[int] = set()
+        by_id: dict[int, SimJob] = {}  # the opportunistic jobs on this node
         for k in self._node_gpus(node):
             g = self.gpus[k]
             jobs = ([g.guaranteed] if g.guaranteed else []) + g.opp
@@ -400,6 +418,8 @@ class SharingSimulator(Simulator):
             on = []
             for j in jobs:
                 live.add(j.id)
+                if j in self.opp:
+                    by_id[j.id] = j
                 util = self.profile[j.id].util * job_speed.get(j, 0.0)
                 klass = co.OPPORTUNISTIC if j in self.opp else co.GUARANTEED
                 on.append(co.JobOnGpu(j.id, klass, util))
@@ -424,12 +444,12 @@ class SharingSimulator(Simulator):
         state.paused = {j.id for j in held if j.id in live}
         refused_before = set(state.refused)
         sources_before = set(state.verdict_source)
-        by_id = {j.id: j for j in self.opp if j.id in live}
         for a in co.decide(views, state, self.share.agent):
             job = by_id.get(a.job_id)
             if job is None:
                 continue
             self.changed.update(k[0] for k in self.placed.get(job, ()))
+            self._touch(self.placed.get(job, ()))
             if a.kind == "pause":
                 held.add(job)
                 self.paused.add(job)
@@ -445,7 +465,11 @@ class SharingSimulator(Simulator):
             self.verdicts[src] = self.verdicts.get(src, 0) + 1
 
     def _respeed(self, now: float) -> None:
-        """Recompute every running job's speed, rate, finish time and the GPUs' power."""
+        """Recompute every running job's speed, rate, finish time and the GPUs' power:
+        all a function of the GPUs' occupants and the pauses, so only when those changed."""
+        if not self.stale:
+            return
+        self.stale = False
         per_gpu = self._speeds()
         job_speed = self._job_speeds(per_gpu)
         power = self.share.power
