@@ -16,7 +16,8 @@ one sample, 5 s). With EaCO on, each verdict takes its slowdown and power from a
 
 A job's speed is the slowest of its GPUs'; speeds, finish times and energy are updated
 at every change. This is a subclass of the engine rather than a part of it so that the
-engine stays untouched; it overrides `_start`, `_stop`, `_complete`, `_rekey` and `_pass`.
+engine stays untouched; it overrides `_start`, `_stop`, `_complete`, `_rekey`, `_pass` and
+`_backfill` (Slurm's backfill pass starts jobs too).
 """
 
 from __future__ import annotations
