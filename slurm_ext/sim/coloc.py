@@ -87,6 +87,12 @@ class SharingSimulator(SimulatedAgents, Simulator):
         # each active GPU's jobs' speeds, recomputed for the GPUs in `dirty_gpus` only
         self.gpu_speed: dict[GpuKey, dict[SimJob, float]] = {}
         self.dirty_gpus: set[GpuKey] = set()
+        # what `_respeed` keeps per GPU and job, and the GPUs changed since it last ran
+        self.respeed_gpus: set[GpuKey] = set()
+        self.job_speed: dict[SimJob, float] = {}
+        self.gpu_watts: dict[GpuKey, float] = {}  # active GPUs only
+        self.gpu_busy: dict[GpuKey, float] = {}
+        self.held_gpus: set[GpuKey] = set()
         self.seen_speed: dict[SimJob, float] = {}
         self._util_cache: dict[int, float | None] = {}
         self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
@@ -317,6 +323,7 @@ class SharingSimulator(SimulatedAgents, Simulator):
             held.discard(job)
         tr = self.track.pop(job, None)
         self.seen_speed.pop(job, None)
+        self.job_speed.pop(job, None)
         if tr is not None and now > tr.from_t:
             # wall seconds run (at the engine's own rate) against work done: the stretch
             # interference and pauses added to this job's run
@@ -345,30 +352,63 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self._respeed(now)
 
     def _respeed(self, now: float) -> None:
-        """Recompute every running job's speed, rate, finish time and the GPUs' power:
-        all a function of the GPUs' occupants and the pauses, so only when those changed."""
+        """Recompute the running jobs' speeds, rates and finish times and the GPUs' power:
+        all a function of the GPUs' occupants and the pauses, so only when those changed,
+        and only for the GPUs that changed (`respeed_gpus`), the jobs on them and those
+        jobs' other GPUs (a job runs at its slowest GPU's speed)."""
         if not self.stale:
             return
         self.stale = False
         per_gpu = self._speeds()
-        job_speed = self._job_speeds(per_gpu)
         power = self.share.power
-        n_gpus = len(self.gpus)
-        watts = busy_sum = 0.0
-        used = 0
-        gpu_watts: dict[GpuKey, float] = {}
-        for k, d in per_gpu.items():
+        gpus, track, placed, paused = self.gpus, self.track, self.placed, self.paused
+        jobs: set[SimJob] = set()
+        for k in self.respeed_gpus:
+            g = gpus[k]
+            if g.guaranteed is not None:
+                jobs.add(g.guaranteed)
+            jobs.update(g.opp)
+        job_speed = self.job_speed
+        affected = set(self.respeed_gpus)
+        self.respeed_gpus.clear()
+        for j in jobs:
+            keys = placed.get(j, ())
+            affected.update(keys)
+            sp = 1.0
+            for k in keys:
+                d = per_gpu.get(k)
+                if d is not None and j in d and d[j] < sp:
+                    sp = d[j]
+            job_speed[j] = 0.0 if j in paused else sp
+        on_affected: set[SimJob] = set()
+        for k in affected:
+            g = gpus[k]
+            if g.guaranteed is not None or g.opp:
+                self.held_gpus.add(k)
+                if g.guaranteed is not None:
+                    on_affected.add(g.guaranteed)
+                on_affected.update(g.opp)
+            else:
+                self.held_gpus.discard(k)
+            d = per_gpu.get(k)
+            if d is None:
+                self.gpu_watts.pop(k, None)
+                self.gpu_busy.pop(k, None)
+                continue
             b = sum(self.profile[j.id].util * job_speed[j] for j in d)
-            busy_sum += min(1.0, b)
-            gpu_watts[k] = power.watts(b)
-            watts += gpu_watts[k]
-            used += 1
-        self.watts = watts + (n_gpus - used) * power.idle_w
-        holding = sum(1 for g in self.gpus.values() if g.guaranteed is not None or g.opp)
-        self.held_watts = watts + (holding - used) * power.idle_w
-        self.holding = holding
-        self.busy = busy_sum
-        for job, tr in self.track.items():
+            self.gpu_busy[k] = min(1.0, b)
+            self.gpu_watts[k] = power.watts(b)
+        gpu_watts = self.gpu_watts
+        watts = sum(gpu_watts.values())
+        used = len(gpu_watts)
+        self.watts = watts + (len(gpus) - used) * power.idle_w
+        self.holding = len(self.held_gpus)
+        self.held_watts = watts + (self.holding - used) * power.idle_w
+        self.busy = sum(self.gpu_busy.values())
+        for job in on_affected:
+            tr = track.get(job)
+            if tr is None:
+                continue
             s = job_speed.get(job, 0.0)
             keys = self.placed.get(job, [])
             tr.util = self.profile[job.id].util * s

@@ -24,6 +24,7 @@ class SimulatedAgents:
         """These GPUs' occupants or pauses changed: their speeds and power are stale."""
         self.stale = True
         self.dirty_gpus.update(keys)
+        self.respeed_gpus.update(keys)
 
     def _speeds(self: SharingSimulator) -> dict[GpuKey, dict[SimJob, float]]:
         """Each active GPU's jobs' speeds (read-only: kept and updated in place)."""
