@@ -3,9 +3,10 @@
 "Slurm alone" is the unchanged engine with every job on whole GPUs, in the Slurm-alone
 setting of `--compare` (FIFO, `--scheduler slurm`, no preemption: `run.slurm_alone`);
 "shared" is `SharingSimulator` with the policy and cluster given (for sharing's effect
-alone, give the same: `--policy fifo --no-preemptive`). Under the Slurm scheduler both
-runs read the same trace with the same time limits (`run.with_limits`), and a stint
-that outlives its limit (sharing slows it) is killed, as Slurm would.
+alone, give the same: `--policy fifo --no-preemptive`). Both runs read the same trace
+with the same time limits (`run.with_limits`, filled where the trace has none), and under
+the Slurm scheduler a stint that outlives its limit (sharing slows it) is killed, as
+Slurm would.
 
 Both are charged by the same power model over their own run (first submit to last
 completion, idle GPUs at idle power): alone, a GPU with a job draws idle + dynamic x the
@@ -62,7 +63,7 @@ def run_pair(
 ) -> dict[str, dict[str, float]]:
     """Slurm alone and shared on the same trace; returns both and their ratios.
     `profiles`: job id -> profile for the jobs it names (others drawn from share.mix)."""
-    trace = with_limits(trace, cluster)
+    trace = with_limits(trace, slurm_alone(cluster))  # Slurm alone always plans with limits
     power = share.power
     n_gpus = cluster.nodes * cluster.gpus_per_node
     work_gpu_h = sum(t.gpus * t.duration_s for t in trace) / 3600.0
