@@ -46,6 +46,10 @@ from slurm_ext.sim.sharing import JobProfile
 from slurm_ext.sim.traces import TraceJob
 
 
+def _job_id(job: SimJob) -> int:
+    return job.id
+
+
 class SharingSimulator(SimulatedAgents, Simulator):
     def __init__(
         self,
@@ -381,7 +385,7 @@ class SharingSimulator(SimulatedAgents, Simulator):
                     sp = d[j]
             job_speed[j] = 0.0 if j in paused else sp
         on_affected: set[SimJob] = set()
-        for k in affected:
+        for k in sorted(affected):  # sorted: sums and events in the same order every run
             g = gpus[k]
             if g.guaranteed is not None or g.opp:
                 self.held_gpus.add(k)
@@ -405,7 +409,7 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self.holding = len(self.held_gpus)
         self.held_watts = watts + (self.holding - used) * power.idle_w
         self.busy = sum(self.gpu_busy.values())
-        for job in on_affected:
+        for job in sorted(on_affected, key=_job_id):
             tr = track.get(job)
             if tr is None:
                 continue
