@@ -16,7 +16,9 @@ from slurm_ext.sim.cli import simulate
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig
-from slurm_ext.sim.sharing import JobProfile
+from slurm_ext.sim.run import with_limits
+from slurm_ext.sim.sharing import JobProfile, speeds
+from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.traces import TraceJob
 
 ONE_GPU = SimConfig(nodes=1, gpus_per_node=1, preemptive=False)
@@ -227,3 +229,48 @@ def test_sharing_under_slurm_backfill():
     # job 4 ran 25 s alone before the pause, 75 s after 530 s
     assert j[4].finish == pytest.approx(530.0 + 75.0)
     assert sim.timeouts == 0
+
+
+class CheckedSharing(SharingSimulator):
+    """After every `_respeed`, its incremental tables must equal a recomputation from
+    scratch over every GPU and running job (what `_respeed` did before it kept them)."""
+
+    checks = 0
+
+    def _respeed(self, now: float) -> None:
+        super()._respeed(now)
+        per_gpu = {}
+        for k, g in self.gpus.items():
+            active = ([g.guaranteed] if g.guaranteed else []) + [
+                o for o in g.opp if o not in self.paused
+            ]
+            if active:
+                sp = speeds([self.profile[j.id] for j in active], self.share.interference)
+                per_gpu[k] = dict(zip(active, sp, strict=True))
+        job_speed = self._job_speeds(per_gpu)
+        busy = [sum(self.profile[j.id].util * job_speed[j] for j in d) for d in per_gpu.values()]
+        power = self.share.power
+        watts = sum(power.watts(b) for b in busy) + (len(self.gpus) - len(busy)) * power.idle_w
+        assert self.watts == pytest.approx(watts, rel=1e-12)
+        assert self.busy == pytest.approx(sum(min(1.0, b) for b in busy), rel=1e-12, abs=1e-12)
+        held = sum(1 for g in self.gpus.values() if g.guaranteed is not None or g.opp)
+        assert self.holding == held
+        for job, tr in self.track.items():
+            assert tr.speed == job_speed.get(job, 0.0), job.id
+        CheckedSharing.checks += 1
+
+
+@pytest.mark.parametrize("learnt", [False, True])
+def test_incremental_speeds_match_a_full_recomputation(learnt):
+    """A seeded 300-job trace on 4 nodes of 4 GPUs (multi-GPU and multi-node jobs, pauses,
+    EaCO, time limits): every `_respeed` agrees with recomputing everything."""
+    cluster = SimConfig(nodes=4, gpus_per_node=4, preemptive=False)
+    jobs = [t for t in synth_jobs(300, 16, 1.3, 7) if t.gpus <= 16]
+    trace = with_limits(mark_opportunistic(jobs, 0.4, 7), cluster)
+    share = ShareConfig(
+        seed=7, max_shard_gpus=0, learnt_placement=learnt, agent=co.Policy(eaco=co.EacoModel())
+    )
+    CheckedSharing.checks = 0
+    sim = CheckedSharing(trace, FIFO, cluster, share)
+    sim.run()
+    assert CheckedSharing.checks > 300 and sim.pauses and sim.shard_starts
