@@ -189,8 +189,9 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
 @click.option(
     "--share",
     is_flag=True,
-    help="Run GPU sharing (opportunistic jobs on shards, the node agent's decisions) and "
-    "Slurm alone on the same trace; print both and their ratios.",
+    help="Run GPU sharing (opportunistic jobs on shards, the node agent's decisions) with "
+    "these options and Slurm alone (FIFO, --scheduler slurm, --no-preemptive, no sharing) "
+    "on the same trace; print both and their ratios.",
 )
 @click.option(
     "--opportunistic-fraction",
