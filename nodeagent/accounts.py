@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeagent import colocation as co
 from nodeagent.report import JobReport
+from slurm_ext.policy import colocation as co
 
 
 @dataclass

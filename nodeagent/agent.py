@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent import colocation as co
 from nodeagent.accounts import JobAccount
 from nodeagent.cgroups import (
     CgroupMounts,
@@ -33,6 +32,7 @@ from nodeagent.jobinfo import JobInfo, SlurmJobInfo, vouched
 from nodeagent.progress import ProgressReader
 from nodeagent.report import JobReport, ReportSender
 from nodeagent.state import STATE_VERSION, read_state, restore_totals, write_state
+from slurm_ext.policy import colocation as co
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
 
@@ -115,6 +115,9 @@ class Agent:
         self.gpu_energy_total: dict[str, float] = {}
         self.cpu_energy_total = 0.0
         self.action_counts: dict[tuple[str, str], int] = {}
+        # EaCO verdicts by (admitted/refused, learnt/configured inputs); the shell that
+        # holds a job kind's history puts its predictions in co_state.predictions
+        self.eaco_verdicts: dict[tuple[str, str], int] = {}
         self.error_counts: dict[str, int] = {}
         self.samples_total = 0
         self.last_duration_s = 0.0
@@ -463,7 +466,12 @@ class Agent:
                 )
             )
         self.co_state.paused = set(self.paused)
+        judged = set(self.co_state.verdict_source)
         actions = co.decide(views, self.co_state, self.policy)
+        for job in set(self.co_state.verdict_source) - judged:
+            verdict = "admitted" if job in self.co_state.admitted else "refused"
+            key = (verdict, self.co_state.verdict_source[job])
+            self.eaco_verdicts[key] = self.eaco_verdicts.get(key, 0) + 1
         for a in actions:
             self._enforce(a, jobs)
         return actions

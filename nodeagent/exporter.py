@@ -65,6 +65,11 @@ class AgentCollector:
         acts = CounterMetricFamily(
             P + "colocation_actions", "Pauses and resumes by the agent", labels=["action", "reason"]
         )
+        verdicts = CounterMetricFamily(
+            P + "eaco_verdicts",
+            "EaCO admission verdicts, by inputs: learnt from history or configured",
+            labels=["verdict", "inputs"],
+        )
         errs = CounterMetricFamily(
             P + "agent_errors",
             "Errors by source (gpu, slurm, state, report, step)",
@@ -103,13 +108,15 @@ class AgentCollector:
             cpue.add_metric([], a.cpu_energy_total)
             for (kind, code), n in sorted(a.action_counts.items()):
                 acts.add_metric([kind, code], n)
+            for (verdict, inputs), n in sorted(a.eaco_verdicts.items()):
+                verdicts.add_metric([verdict, inputs], n)
             for source, n in sorted(a.error_counts.items()):
                 errs.add_metric([source], n)
             samples.add_metric([], a.samples_total)
             dur.add_metric([], a.last_duration_s)
             compat = list(self._jobstats(a)) if self.jobstats_compat else []
         yield from (util, mem, memt, power, energy, jutil, jmem, jgpue, jcpue, jgpus, jcpus)
-        yield from (jrss, jpaused, cpue, acts, errs, samples, dur)
+        yield from (jrss, jpaused, cpue, acts, verdicts, errs, samples, dur)
         yield from compat
 
     def _jobstats(self, a: Agent) -> Iterator[Metric]:

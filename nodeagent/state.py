@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from nodeagent import colocation as co
 from nodeagent.accounts import JobAccount
 from nodeagent.cgroups import PauseRecord
+from slurm_ext.policy import colocation as co
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1

@@ -272,3 +272,39 @@ def test_eaco_verdicts_survive_a_restart(tmp_path):
     again = make_agent(tmp_path, clock, sim)
     assert again.co_state.admitted == {7}
     assert again.co_state.refused == {8: "measured slowdown 0.400 above bound 0.100"}
+
+
+def test_eaco_verdict_inputs_learnt_or_configured_in_reason_and_metrics(tmp_path, cg):
+    """EaCO on: job 612 beside guaranteed job 611 is judged on the configured inputs
+    (admitted); job 613, whose kind history predicts a 12 % slowdown of job 611, is
+    refused on learnt inputs. Both verdicts are counted by inputs in the metrics."""
+    from slurm_ext.policy.colocation import Prediction
+
+    clock = Clock()
+    sim = SimulatedGpuReader(2, clock=clock)
+    g_pid = cg.start(611, env={"SLURM_JOB_QOS": "normal"})
+    o1 = cg.start(612, env={"SLURM_JOB_QOS": "scavenger"})
+    sim.set_gpu(0, power_w=300.0, util=0.6)
+    sim.assign(g_pid, 0, 10 * GIB, 0.6)
+    cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
+    cfg.jobs.source = "environ"
+    cfg.colocation.opportunistic_qos = ["scavenger"]
+    cfg.colocation.eaco.enabled = True
+    cfg.colocation.eaco.gpu_idle_w = 100.0
+    agent = Agent(cfg, sim, None, clock=clock, wall=clock)
+    assert agent.step() == []  # solo power 300 W learnt
+    clock.t += 5
+    sim.assign(o1, 0, 5 * GIB, 0.2)
+    sim.assign(g_pid, 0, 10 * GIB, 0.6)
+    assert agent.step() == [] and agent.co_state.admitted == {612}
+    o2 = cg.start(613, env={"SLURM_JOB_QOS": "scavenger"})
+    agent.co_state.predictions[611] = Prediction(slowdown=0.12, source="model history")
+    clock.t += 5
+    sim.assign(o2, 0, 5 * GIB, 0.1)
+    actions = agent.step()
+    assert [(a.kind, a.job_id, a.code) for a in actions] == [("pause", 613, "eaco")]
+    assert "(learnt: slowdown 0.120 of job 611's model history)" in actions[0].reason
+    text = generate_latest(make_registry(agent)).decode()
+    assert 'slurm_ext_eaco_verdicts_total{inputs="configured",verdict="admitted"} 1.0' in text
+    assert 'slurm_ext_eaco_verdicts_total{inputs="learnt",verdict="refused"} 1.0' in text
+    agent.resume_all("test end")

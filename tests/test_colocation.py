@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.colocation import (
+from slurm_ext.policy.colocation import (
     GUARANTEED as G,
 )
-from nodeagent.colocation import (
+from slurm_ext.policy.colocation import (
     OPPORTUNISTIC as O,
 )
-from nodeagent.colocation import (
+from slurm_ext.policy.colocation import (
     ClassRules,
     CoState,
     EacoModel,
     GpuView,
     JobOnGpu,
     Policy,
+    Prediction,
     classify,
     decide,
     eaco_admit,
@@ -175,10 +176,11 @@ def test_no_solo_rate_yet_means_no_progress_verdict():
     for _ in range(2):  # two solo samples: one short of the three needed
         decide([rview((1, G, 0.8, 100.0))], st, pol)
     assert decide([rview((1, G, 0.8, 5.0), (2, O, 0.3, None))], st, pol) == []
-    # co-located from the start: never a solo rate, never a progress verdict
+    # co-located from the start: no solo level to judge job 1 by, so job 2 is paused as
+    # unjudged - not by a progress verdict (no solo rate was learnt)
     st2 = CoState()
-    for _ in range(5):
-        assert decide([rview((1, G, 0.8, 1.0), (2, O, 0.3, None))], st2, pol) == []
+    acts = decide([rview((1, G, 0.8, 1.0), (2, O, 0.3, None))], st2, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "unjudged")]
     assert 1 not in st2.solo_rate
     # a job that made no progress alone (solo rate 0) is never judged by rate
     st3 = CoState()
@@ -224,3 +226,65 @@ def test_eaco_withdraws_an_admission_the_measured_slowdown_exceeds():
     assert decide([view((1, G, 0.6), (2, O, 0.0))], st, pol) == []
     acts = decide([view((1, G, 0.0), (2, O, 0.0))], st, pol)
     assert [(a.kind, a.job_id) for a in acts] == [("resume", 2)]
+
+
+def test_eaco_admit_takes_learnt_inputs_over_configured():
+    """Configured 5 % slowdown and 250 W admit (saving 0.141, hand-computed above); a
+    learnt 12 % slowdown is above the 10 % bound; a learnt newcomer at 600 W: together
+    min(700, 300 + 600 - 100) = 700 W x 3780 s = 2,646,000 J vs 300x3600 + 600x3600 =
+    3,240,000 J separate: saving 0.183, admitted."""
+    m = EacoModel(100, 700, 250, 0.05, 0.1)
+    assert eaco_admit(300, 3600, 3600, m)[0]
+    ok, _, why = eaco_admit(300, 3600, 3600, m, slowdown=0.12)
+    assert not ok and "slowdown 0.120 above bound" in why
+    ok, saving, _ = eaco_admit(300, 3600, 3600, m, opportunistic_power_w=600)
+    assert ok and saving == pytest.approx(594_000 / 3_240_000)
+
+
+def test_decide_uses_learnt_predictions_and_says_which():
+    """Same GPU, same configured model (admits at 5 %): a learnt 12 % slowdown of the
+    guaranteed job's kind refuses the newcomer, and the reason and verdict_source say the
+    inputs were learnt; a job without history is judged on the configured values."""
+    pol = Policy(eaco=EacoModel(gpu_idle_w=100))
+    st = CoState()
+    st.predictions[1] = Prediction(slowdown=0.12, source="name=train-bert, 4 shared runs")
+    decide([view((1, G, 0.6), power=300.0)], st, pol)
+    acts = decide([view((1, G, 0.6), (2, O, 0.2))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "eaco")]
+    assert "slowdown 0.120 above bound" in acts[0].reason
+    assert "learnt: slowdown 0.120 of job 1's name=train-bert" in acts[0].reason
+    assert st.verdict_source == {2: "learnt"}
+    st2 = CoState()
+    decide([view((1, G, 0.6), power=300.0)], st2, pol)
+    assert decide([view((1, G, 0.6), (2, O, 0.2))], st2, pol) == []
+    assert st2.admitted == {2} and st2.verdict_source == {2: "configured"}
+    forget(st, set())
+    assert st.predictions == {} and st.verdict_source == {}
+
+
+def test_guaranteed_job_starting_beside_a_running_opportunistic_one_is_protected():
+    """Job 2 ran alone; job 1 (guaranteed) lands on its GPU. With no solo level for job 1
+    it cannot be judged, so job 2 is paused; job 1's solo level is learnt while job 2
+    waits, and job 2 resumes when job 1 is gone. An idle newcomer pauses nothing."""
+    st, pol = CoState(), Policy()
+    assert decide([view((2, O, 0.4))], st, pol) == []
+    acts = decide([view((1, G, 0.45), (2, O, 0.4))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "unjudged")]
+    assert "job 1 has no solo level yet" in acts[0].reason
+    assert decide([view((1, G, 0.6), (2, O, 0.0))], st, pol) == []
+    assert st.solo_util == {1: pytest.approx(0.6)} and st.paused == {2}
+    acts = decide([view((2, O, 0.0))], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("resume", 2, "idle")]
+    st2 = CoState()
+    assert decide([view((1, G, 0.0), (2, O, 0.4))], st2, pol) == []
+
+
+def test_multi_gpu_job_learns_no_solo_level_while_shared_on_another_gpu():
+    """Job 1 spans g0 and g1; job 2 shares g1 and slows job 1 everywhere (a synchronous
+    job runs at its slowest GPU's pace). g0 alone must not teach a low solo level."""
+    st, pol = CoState(), Policy()
+    decide([view((1, G, 0.9), gpu="g0"), view((1, G, 0.9), gpu="g1")], st, pol)
+    assert st.solo_util[1] == pytest.approx(0.9)
+    acts = decide([view((1, G, 0.5), gpu="g0"), view((1, G, 0.5), (2, O, 0.3), gpu="g1")], st, pol)
+    assert [(a.kind, a.job_id, a.code) for a in acts] == [("pause", 2, "slowdown")]
+    assert st.solo_util[1] == pytest.approx(0.9)  # not pulled towards 0.5

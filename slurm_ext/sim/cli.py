@@ -14,6 +14,9 @@ import click
 
 from slurm_ext.config import ConfigError, load_config
 from slurm_ext.policy import POLICIES, PolicyConfig
+from slurm_ext.policy import colocation as co
+from slurm_ext.sim.coloc import ShareConfig
+from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.engine import SCHEDULERS, SimConfig
 from slurm_ext.sim.report import plot_cdf, table
@@ -183,6 +186,39 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
     help="Cores per GPU at which MODEL's GPU saturates (repeatable; adds to or overrides "
     "resnet50=7, vgg16=12, overfeat=40).",
 )
+@click.option(
+    "--share",
+    is_flag=True,
+    help="Run GPU sharing (opportunistic jobs on shards, the node agent's decisions) with "
+    "these options and Slurm alone (FIFO, --scheduler slurm, --no-preemptive, no sharing) "
+    "on the same trace; print both and their ratios.",
+)
+@click.option(
+    "--opportunistic-fraction",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="Flag this seeded share of the jobs opportunistic (trace flags are kept).",
+)
+@click.option("--shards-per-gpu", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--share-seed", type=int, default=0, show_default=True, help="Seed of flags and job profiles."
+)
+@click.option(
+    "--slow-fraction",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.7,
+    show_default=True,
+    help="The agent's slow_fraction: a guaranteed job below it x its solo level is slowed.",
+)
+@click.option(
+    "--eaco", is_flag=True, help="The agent's EaCO admission on, with inputs learnt from history."
+)
+@click.option(
+    "--learnt-placement",
+    is_flag=True,
+    help="Place opportunistic jobs by their kinds' learnt utilisation (simulator only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--compare",
@@ -214,6 +250,13 @@ def simulate(
     history_path,
     cpus_per_node,
     cpu_knees,
+    share,
+    opportunistic_fraction,
+    shards_per_gpu,
+    share_seed,
+    slow_fraction,
+    eaco,
+    learnt_placement,
     as_json,
     compare,
     plot,
@@ -252,6 +295,21 @@ def simulate(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    if share:
+        _share(
+            trace.jobs,
+            cfg,
+            cluster,
+            ShareConfig(
+                shards_per_gpu=shards_per_gpu,
+                seed=share_seed,
+                agent=co.Policy(slow_fraction=slow_fraction, eaco=co.EacoModel() if eaco else None),
+                learnt_placement=learnt_placement,
+            ),
+            opportunistic_fraction,
+            as_json,
+        )
+        return
     names = [p.strip() for p in compare.split(",") if p.strip()] if compare else [cfg.policy]
     bad = [p for p in names if p not in POLICIES]
     if bad:
@@ -280,6 +338,31 @@ def simulate(
     else:
         for k, v in rows[0].items():
             click.echo(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
+
+
+def _share(jobs, cfg, cluster, share, fraction, as_json) -> None:
+    """`simulate --share`: sharing against Slurm alone, as JSON or a table."""
+    jobs = mark_opportunistic(jobs, fraction, share.seed)
+    if not any(j.opportunistic for j in jobs):
+        raise click.ClickException(
+            "no opportunistic jobs: flag some in the trace or give --opportunistic-fraction"
+        )
+    try:
+        out = run_pair(jobs, cfg, cluster, share)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    alone, shared, ratio = out["slurm_alone"], out["shared"], out["shared_vs_alone"]
+    click.echo(f"{'metric':40} {'slurm alone':>14} {'shared':>14} {'ratio':>8}")
+    for k in alone:
+        if k in shared:
+            r = f"{ratio[k]:8.3f}" if k in ratio else ""
+            click.echo(f"{k:40} {alone[k]:14.4g} {shared[k]:14.4g} {r}")
+    for k in shared:
+        if k not in alone:
+            click.echo(f"{k:40} {'':>14} {shared[k]:14.4g}")
 
 
 @click.group()

@@ -5,7 +5,9 @@ job's solo utilisation, and its solo progress rate where the job reports one, wh
 opportunistic job runs beside it; when the guaranteed job's utilisation or progress rate
 falls below `slow_fraction` of its solo level with an opportunistic job active, or the
 GPU's memory nears full, the opportunistic jobs on that GPU are paused. They resume when
-every guaranteed job on every GPU they share is idle or gone. Pausing needs a busy
+every guaranteed job on every GPU they share is idle or gone. A busy guaranteed job
+with no solo level yet (it started beside a running opportunistic job) gets the
+opportunistic jobs paused too: it cannot be judged, so it is protected. Pausing needs a busy
 guaranteed job and resuming needs none, so the two never alternate.
 """
 
@@ -102,19 +104,41 @@ class CoState:
     paused: set[int] = field(default_factory=set)
     admitted: set[int] = field(default_factory=set)  # EaCO verdicts already given
     refused: dict[int, str] = field(default_factory=dict)
+    # learnt inputs of EaCO per job, set by the shell from the store's history (kept
+    # only in memory: the shell sets them again); a job without one gets the configured
+    predictions: dict[int, Prediction] = field(default_factory=dict)
+    verdict_source: dict[int, str] = field(default_factory=dict)  # "learnt" / "configured"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What history says of one job's kind: how much it slows when it shares a GPU
+    (fraction of runtime added) and what it draws alone (W). None: no history for that."""
+
+    slowdown: float | None = None
+    power_w: float | None = None
+    source: str = ""  # where it came from, e.g. "name history, 4 shared runs"
 
 
 def eaco_admit(
-    p_guaranteed_w: float, t_guaranteed_s: float, t_opportunistic_s: float, model: EacoModel
+    p_guaranteed_w: float,
+    t_guaranteed_s: float,
+    t_opportunistic_s: float,
+    model: EacoModel,
+    slowdown: float | None = None,
+    opportunistic_power_w: float | None = None,
 ) -> tuple[bool, float, str]:
     """Admit co-location when the predicted energy saving exceeds the predicted slowdown
     and the slowdown is within the bound. Returns (admit, saving fraction, reason).
+    `slowdown` and `opportunistic_power_w` are learnt predictions; None takes the model's
+    configured value.
 
     Separate: each job on its own GPU, E = Pa*Ta + Pb*Tb. Together: both slowed by s until
     the shorter finishes, drawing idle + both dynamic parts (capped at max power); then the
     longer runs its remainder alone. The saving is mostly one GPU's idle power."""
-    s = model.predicted_slowdown
-    pa, pb, idle = p_guaranteed_w, model.opportunistic_power_w, model.gpu_idle_w
+    s = model.predicted_slowdown if slowdown is None else slowdown
+    pb = model.opportunistic_power_w if opportunistic_power_w is None else opportunistic_power_w
+    pa, idle = p_guaranteed_w, model.gpu_idle_w
     ta, tb = t_guaranteed_s, t_opportunistic_s
     separate = pa * ta + pb * tb
     together_w = min(model.gpu_max_w, pa + pb - idle)
@@ -135,7 +159,7 @@ def decide(gpus: Iterable[GpuView], state: CoState, policy: Policy) -> list[Acti
     to_pause: dict[int, Action] = {}
     blocked: set[int] = set()  # opportunistic jobs that may not resume this pass
     present: set[int] = set()
-    _learn_solo_rates(gpus, state, policy)
+    shared = _learn_solo_rates(gpus, state, policy)
     for g in gpus:
         guaranteed = [j for j in g.jobs if j.klass == GUARANTEED]
         opportunistic = [j for j in g.jobs if j.klass == OPPORTUNISTIC]
@@ -143,6 +167,8 @@ def decide(gpus: Iterable[GpuView], state: CoState, policy: Policy) -> list[Acti
         active_opp = [j for j in opportunistic if j.job_id not in state.paused]
         if not active_opp:
             for j in guaranteed:  # alone on the GPU: learn its solo level
+                if j.job_id in shared:
+                    continue  # slowed by a neighbour on another of its GPUs: not solo
                 if j.util is not None:
                     old = state.solo_util.get(j.job_id)
                     a = policy.solo_alpha
@@ -191,6 +217,11 @@ def _pressure(
     if g.memory_used_frac is not None and g.memory_used_frac >= policy.memory_high:
         return "memory", f"GPU memory {g.memory_used_frac:.0%} >= {policy.memory_high:.0%}"
     for j in busy:
+        if j.util is not None and j.job_id not in state.solo_util:
+            # it started beside a running opportunistic job: no solo level to judge it
+            # by, so it is protected first (its solo level is learnt while they pause)
+            return "unjudged", f"job {j.job_id} has no solo level yet"
+    for j in busy:
         solo = state.solo_util.get(j.job_id)
         if j.util is None or solo is None or solo < policy.min_solo_util:
             continue
@@ -214,9 +245,11 @@ def _pressure(
     return "", ""
 
 
-def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> None:
+def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> set[int]:
     """One EMA step per guaranteed job that reports progress and has no active
-    opportunistic job on any of its GPUs (its rate is the job's, not a GPU's)."""
+    opportunistic job on any of its GPUs (its rate is the job's, not a GPU's). Returns
+    the jobs that share a GPU with an active opportunistic job: a multi-GPU job slowed on
+    one GPU runs slowed on all of them, so none of its GPUs gives a solo level."""
     shared: set[int] = set()
     rates: dict[int, float] = {}
     for g in gpus:
@@ -232,6 +265,7 @@ def _learn_solo_rates(gpus: list[GpuView], state: CoState, policy: Policy) -> No
         old = state.solo_rate.get(job)
         state.solo_rate[job] = rate if old is None else (1 - a) * old + a * rate
         state.solo_rate_n[job] = state.solo_rate_n.get(job, 0) + 1
+    return shared
 
 
 def _eaco(
@@ -264,7 +298,10 @@ def _eaco(
                 f"measured slowdown {measured:.3f} above bound {model.max_slowdown:.3f}"
             )
         if j.job_id not in state.refused:
-            ok, _, why = eaco_admit(p_g, 3600.0, 3600.0, model)
+            slowdown, power, source = _learnt_inputs(guaranteed, j, state)
+            ok, _, why = eaco_admit(p_g, 3600.0, 3600.0, model, slowdown, power)
+            state.verdict_source[j.job_id] = "learnt" if source else "configured"
+            why += f" (learnt: {source})" if source else " (configured inputs)"
             if ok:
                 state.admitted.add(j.job_id)
                 continue
@@ -272,6 +309,26 @@ def _eaco(
         to_pause.setdefault(
             j.job_id, Action("pause", j.job_id, g.gpu, "eaco: " + state.refused[j.job_id], "eaco")
         )
+
+
+def _learnt_inputs(
+    guaranteed: list[JobOnGpu], newcomer: JobOnGpu, state: CoState
+) -> tuple[float | None, float | None, str]:
+    """Predicted slowdown (the worst learnt one of the guaranteed jobs' kinds) and the
+    newcomer's learnt solo power, with a note of where each came from ("" if neither)."""
+    slowdown, notes = None, []
+    for g in guaranteed:
+        p = state.predictions.get(g.job_id)
+        if p is not None and p.slowdown is not None:
+            if slowdown is None or p.slowdown > slowdown:
+                slowdown = p.slowdown
+            notes.append(f"slowdown {p.slowdown:.3f} of job {g.job_id}'s {p.source}")
+    power = None
+    mine = state.predictions.get(newcomer.job_id)
+    if mine is not None and mine.power_w is not None:
+        power = mine.power_w
+        notes.append(f"power {power:.0f} W of {mine.source}")
+    return slowdown, power, "; ".join(notes)
 
 
 def measured_slowdown(busy: list[JobOnGpu], state: CoState, min_solo: float) -> float | None:
@@ -290,7 +347,15 @@ def measured_slowdown(busy: list[JobOnGpu], state: CoState, min_solo: float) -> 
 def forget(state: CoState, live_jobs: Mapping[int, object] | set[int]) -> None:
     """Drop memory of jobs that have left the node."""
     live = set(live_jobs)
-    for d in (state.solo_util, state.solo_rate, state.solo_rate_n, state.solo_power, state.refused):
+    for d in (
+        state.solo_util,
+        state.solo_rate,
+        state.solo_rate_n,
+        state.solo_power,
+        state.refused,
+        state.predictions,
+        state.verdict_source,
+    ):
         for job in [j for j in d if j not in live]:
             del d[job]
     state.admitted &= live
