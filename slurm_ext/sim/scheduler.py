@@ -15,7 +15,14 @@ from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
-from slurm_ext.sim.backfill import BackfillParams, Candidate, backfill_pass
+from slurm_ext.sim.backfill import (
+    BackfillParams,
+    Candidate,
+    NodeSteps,
+    backfill_pass,
+    node_steps,
+    round_up,
+)
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -66,6 +73,7 @@ class SlurmPasses:
                 self.idx.capacity,
                 params,
                 self.free_cpus,
+                steps=self._node_steps,
             )
         finally:
             for b, entry in popped:  # started jobs' entries go stale
@@ -99,6 +107,17 @@ class SlurmPasses:
             (j.start + j.limit if j.limit is not None else INF, g)
             for j, g in self.on_node[node].items()
         ]
+
+    def _node_steps(self: Simulator, node: str) -> NodeSteps:
+        """The node's `NodeSteps` (limit ends rounded up to `bf_resolution`), rebuilt only
+        after a job started or stopped there (`steps_stale`)."""
+        cached = self.steps.get(node)
+        if cached is None or node in self.steps_stale or cached.frees[0] != self.idx.free[node]:
+            res = self.cl.bf_resolution_s
+            ends = [(round_up(e, res), g) for e, g in self._node_ends(node)]
+            cached = self.steps[node] = node_steps(self.idx.free[node], ends)
+            self.steps_stale.discard(node)
+        return cached
 
     def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
         """The pending jobs best key first: a merge of the bucket heaps, popping entries as
