@@ -155,7 +155,7 @@ def test_fast_pass_matches_the_reference_planner(seed):
         )
         for n in free
     }
-    assert backfill_pass(now, cands, free, None, cap, params, steps=steps.__getitem__) == want
+    assert backfill_pass(now, cands, free, None, cap, params, steps=steps) == want
 
 
 @pytest.mark.parametrize("seed", range(50))
@@ -179,9 +179,9 @@ def test_node_steps_give_the_step_function(seed):
 class _Uncached(Simulator):
     """The same simulator, its per-node steps rebuilt at every pass."""
 
-    def _node_steps(self, node):
-        self.steps_stale.add(node)
-        return super()._node_steps(node)
+    def _node_steps(self):
+        self.steps = {}
+        return super()._node_steps()
 
 
 @pytest.mark.parametrize("shape", ["narrow", "wide"])

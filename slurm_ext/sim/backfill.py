@@ -292,7 +292,7 @@ def backfill_pass(
     params: BackfillParams,
     free_cpus: Mapping[str, int] | None = None,
     on_reserve: Callable[[int, float], None] | None = None,
-    steps: Callable[[str], NodeSteps] | None = None,
+    steps: Mapping[str, NodeSteps] | None = None,
 ) -> list[tuple[int, list[tuple[str, int]]]]:
     """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
 
@@ -301,8 +301,9 @@ def backfill_pass(
     node_ends: per node, (when a running job's time limit runs out, its GPUs there).
     free_cpus: free cores per node when cores count: a job starting now needs them too.
     on_reserve: called with (job id, reserved start) for each reservation (tests).
-    steps: per node, `node_steps` of its free GPUs and its `node_ends` rounded up to
-    `bf_resolution` (a cache the caller keeps across passes); then `node_ends` is unused.
+    steps: per node of `free`, in its order, `node_steps` of its free GPUs and its
+    `node_ends` rounded up to `bf_resolution` (a cache the caller keeps across passes);
+    then `node_ends` is unused.
     """
     res = params.resolution_s
     base = math.floor(now / res) * res
@@ -345,7 +346,7 @@ def backfill_pass(
             continue
         if profile is None:
             if steps is not None:
-                profile = Profile.from_steps(base, {n: steps(n) for n in free_now})
+                profile = Profile.from_steps(base, steps)
             else:
                 ends = {
                     n: [(ceil(e / res) * res if e < INF else e, g) for e, g in node_ends(n)]
