@@ -47,7 +47,7 @@ def _ref_earliest(p: Profile, c: Candidate, cap: int, length: float, before: flo
                 if p.window_min(n, s, s + length) >= c.gpus:
                     return s, [(n, c.gpus)]
         return INF, []
-    if c.consolidate:  # the multi-node sweep, run afresh each time (no cache)
+    if c.consolidate:  # the multi-node sweep over every node's steps, afresh (no cache)
         return p._earliest_nodes(c.gpus, min_nodes(c.gpus, cap), length, before)
     for s in starts:
         offers = sorted(((p.window_min(n, s, s + length), n) for n in p.nodes), key=lambda o: -o[0])
@@ -68,12 +68,13 @@ def _reference_pass(now, cands, free, ends, cap, params):
     base = math.floor(now / res) * res
     horizon = base + params.window_s
     p = Profile.__new__(Profile)
-    p.base, p.nodes = base, list(free)
+    p.base, p.nodes, p.ready = base, list(free), []
     p.times, p.frees = {}, {}
     for n in free:
         rounded = [(math.ceil(e / res) * res if e < INF else e, g) for e, g in ends[n]]
         p.times[n], p.frees[n] = _steps_by_hand(base, free[n], rounded)
-    p.pos, p.changed, p.touched = {n: i for i, n in enumerate(p.nodes)}, [], set()
+    # every node "touched": the multi-node sweep walks every node's steps
+    p.pos, p.changed, p.touched = {n: i for i, n in enumerate(p.nodes)}, [], set(range(len(free)))
     free_now, started, reserved = dict(free), [], []
     if sum(free.values()) <= 0:
         return started, reserved

@@ -57,6 +57,18 @@ class Candidate:
     cpus_per_gpu: int = 0
 
 
+class _Lazy(dict):
+    """A dict that builds a missing key's value with `build(key)` and keeps it."""
+
+    def __init__(self, build: Callable[[str], list]) -> None:
+        super().__init__()
+        self.build = build
+
+    def __missing__(self, key: str) -> list:
+        value = self[key] = self.build(key)
+        return value
+
+
 @dataclass(frozen=True)
 class NodeSteps:
     """One node's free GPUs over time before any reservation: `frees[0]` now, then
@@ -122,16 +134,22 @@ class Profile:
         self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
         # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
         self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
-        self.times: dict[str, list[float]] = {}
-        self.frees: dict[str, list[int]] = {}
-        self.ready: list[tuple[float, ...]] = []
-        for n, st in steps.items():
-            ends, frees = st.ends, st.frees
-            if ends and ends[0] <= base:  # ends already past: part of the first step
-                k = bisect_right(ends, base)
-                ends, frees = ends[k:], frees[k:]
-            self.times[n], self.frees[n] = [base, *ends], list(frees)
-            self.ready.append(st.ready)
+        # a node's step lists are built when first read (most passes read few nodes)
+        self.steps = steps
+        self.times: dict[str, list[float]] = _Lazy(self._times)
+        self.frees: dict[str, list[int]] = _Lazy(self._frees)
+        self.ready: list[tuple[float, ...]] = [st.ready for st in steps.values()]
+
+    def _past(self, node: str) -> int:
+        """How many of the node's ends are at or before the base (part of its first step)."""
+        ends = self.steps[node].ends
+        return bisect_right(ends, self.base) if ends and ends[0] <= self.base else 0
+
+    def _times(self, node: str) -> list[float]:
+        return [self.base, *self.steps[node].ends[self._past(node) :]]
+
+    def _frees(self, node: str) -> list[int]:
+        return list(self.steps[node].frees[self._past(node) :])
 
     def window_min(self, node: str, start: float, end: float) -> int:
         """Fewest GPUs free on `node` at any moment of [start, end)."""
@@ -229,7 +247,16 @@ class Profile:
         node's runs of enough free GPUs)."""
         share = -(-gpus // m)
         events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
+        base, touched, ready = self.base, self.touched, self.ready
         for pos, n in enumerate(self.nodes):
+            if pos not in touched:  # free GPUs never fall: one run, from `ready` on
+                r = ready[pos]
+                t = r[share] if share < len(r) else INF
+                if t < base:
+                    t = base
+                if t < before:
+                    events.append((t, 0, pos))  # it never closes (before inf: no close)
+                continue
             times, frees = self.times[n], self.frees[n]
             k, i = len(times), 0
             while i < k and times[i] < before:
