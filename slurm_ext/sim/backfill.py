@@ -57,6 +57,48 @@ class Candidate:
     cpus_per_gpu: int = 0
 
 
+class _Lazy(dict):
+    """A dict that builds a missing key's value with `build(key)` and keeps it."""
+
+    def __init__(self, build: Callable[[str], list]) -> None:
+        super().__init__()
+        self.build = build
+
+    def __missing__(self, key: str) -> list:
+        value = self[key] = self.build(key)
+        return value
+
+
+@dataclass(frozen=True)
+class NodeSteps:
+    """One node's free GPUs over time before any reservation: `frees[0]` now, then
+    `frees[i]` from `ends[i - 1]` on (ends ascending, distinct). `ready[g]`: when it
+    first has g GPUs free (-inf: now; inf: never), so that a node no reservation took
+    (free GPUs never fall) answers an earliest-start question without a walk."""
+
+    ends: tuple[float, ...]
+    frees: tuple[int, ...]
+    ready: tuple[float, ...]
+
+
+def node_steps(free: int, ends: Iterable[tuple[float, int]]) -> NodeSteps:
+    """A node's `NodeSteps` from its free GPUs now and (end, GPUs) of its running jobs."""
+    times: list[float] = []
+    frees = [free]
+    for end, g in sorted(ends):
+        if times and end <= times[-1]:
+            frees[-1] += g
+        else:
+            times.append(end)
+            frees.append(frees[-1] + g)
+    ready, i = [], 0
+    for g in range(frees[-1] + 1):
+        while frees[i] < g:
+            i += 1
+        ready.append(-INF if i == 0 else times[i - 1])
+    return NodeSteps(tuple(times), tuple(frees), tuple(ready))
+
+
 class Profile:
     """Free GPUs per node over time: a step function per node, from `base` on.
 
@@ -71,26 +113,43 @@ class Profile:
         node_ends: Mapping[str, Iterable[tuple[float, int]]],
     ) -> None:
         """node_ends: per node, (end, GPUs) of each running job there (ends rounded)."""
+        self._setup(base, {n: node_steps(free[n], node_ends[n]) for n in free})
+
+    @classmethod
+    def from_steps(cls, base: float, steps: Mapping[str, NodeSteps]) -> Profile:
+        """The profile from each node's `node_steps` (which a caller may keep across
+        passes: they change only when a job starts or ends on the node)."""
+        p = cls.__new__(cls)
+        p._setup(base, steps)
+        return p
+
+    def _setup(self, base: float, steps: Mapping[str, NodeSteps]) -> None:
         self.base = base
-        self.nodes = list(free)
+        self.nodes = list(steps)
         self.pos = {n: i for i, n in enumerate(self.nodes)}
         # single-node earliest starts per (GPUs, length), per node; `changed` logs the
         # nodes reserved since (a reservation only delays a node's earliest start)
         self.changed: list[int] = []
+        self.touched: set[int] = set()  # nodes reserved in this profile (set of `changed`)
         self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
         # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
         self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
-        self.times: dict[str, list[float]] = {}
-        self.frees: dict[str, list[int]] = {}
-        for n in self.nodes:
-            times, frees = [base], [free[n]]
-            for end, g in sorted(node_ends[n]):
-                if end <= times[-1]:
-                    frees[-1] += g
-                else:
-                    times.append(end)
-                    frees.append(frees[-1] + g)
-            self.times[n], self.frees[n] = times, frees
+        # a node's step lists are built when first read (most passes read few nodes)
+        self.steps = steps
+        self.times: dict[str, list[float]] = _Lazy(self._times)
+        self.frees: dict[str, list[int]] = _Lazy(self._frees)
+        self.ready: list[tuple[float, ...]] = [st.ready for st in steps.values()]
+
+    def _past(self, node: str) -> int:
+        """How many of the node's ends are at or before the base (part of its first step)."""
+        ends = self.steps[node].ends
+        return bisect_right(ends, self.base) if ends and ends[0] <= self.base else 0
+
+    def _times(self, node: str) -> list[float]:
+        return [self.base, *self.steps[node].ends[self._past(node) :]]
+
+    def _frees(self, node: str) -> list[int]:
+        return list(self.steps[node].frees[self._past(node) :])
 
     def window_min(self, node: str, start: float, end: float) -> int:
         """Fewest GPUs free on `node` at any moment of [start, end)."""
@@ -127,7 +186,7 @@ class Profile:
             hit = self.cache.get(key)
             nodes = self.nodes
             if hit is None:
-                vals = [self.node_earliest(n, c.gpus, length, before) for n in nodes]
+                vals = self._single_earliest(c.gpus, length, before)
             else:
                 vals, seen = hit
                 for p in set(self.changed[seen:]):
@@ -164,6 +223,22 @@ class Profile:
                 return s, alloc
         return INF, []
 
+    def _single_earliest(self, gpus: int, length: float, before: float) -> list[float]:
+        """`node_earliest` of every node; a node no reservation took has free GPUs that
+        never fall, so its answer is when it first has `gpus` free (`NodeSteps.ready`)."""
+        base, touched, ready = self.base, self.touched, self.ready
+        vals = []
+        for p, n in enumerate(self.nodes):
+            if p in touched:
+                vals.append(self.node_earliest(n, gpus, length, before))
+                continue
+            r = ready[p]
+            t = r[gpus] if gpus < len(r) else INF
+            if t < base:
+                t = base
+            vals.append(t if t < before else INF)
+        return vals
+
     def _earliest_nodes(
         self, gpus: int, m: int, length: float, before: float
     ) -> tuple[float, list[tuple[str, int]]]:
@@ -172,7 +247,16 @@ class Profile:
         node's runs of enough free GPUs)."""
         share = -(-gpus // m)
         events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
+        base, touched, ready = self.base, self.touched, self.ready
         for pos, n in enumerate(self.nodes):
+            if pos not in touched:  # free GPUs never fall: one run, from `ready` on
+                r = ready[pos]
+                t = r[share] if share < len(r) else INF
+                if t < base:
+                    t = base
+                if t < before:
+                    events.append((t, 0, pos))  # it never closes (before inf: no close)
+                continue
             times, frees = self.times[n], self.frees[n]
             k, i = len(times), 0
             while i < k and times[i] < before:
@@ -205,7 +289,9 @@ class Profile:
     def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
         """Take `alloc`'s GPUs over [start, end)."""
         for n, g in alloc:
-            self.changed.append(self.pos[n])
+            p = self.pos[n]
+            self.changed.append(p)
+            self.touched.add(p)
             times, frees = self.times[n], self.frees[n]
             for t in (start, end):
                 i = bisect_right(times, t) - 1
@@ -233,6 +319,7 @@ def backfill_pass(
     params: BackfillParams,
     free_cpus: Mapping[str, int] | None = None,
     on_reserve: Callable[[int, float], None] | None = None,
+    steps: Mapping[str, NodeSteps] | None = None,
 ) -> list[tuple[int, list[tuple[str, int]]]]:
     """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
 
@@ -241,6 +328,9 @@ def backfill_pass(
     node_ends: per node, (when a running job's time limit runs out, its GPUs there).
     free_cpus: free cores per node when cores count: a job starting now needs them too.
     on_reserve: called with (job id, reserved start) for each reservation (tests).
+    steps: per node of `free`, in its order, `node_steps` of its free GPUs and its
+    `node_ends` rounded up to `bf_resolution` (a cache the caller keeps across passes);
+    then `node_ends` is unused.
     """
     res = params.resolution_s
     base = math.floor(now / res) * res
@@ -257,12 +347,17 @@ def backfill_pass(
     def length(c: Candidate) -> float:
         return round_up(c.limit_s, res)
 
+    # nodes a reservation for a blocked job took: only there can a node offer a job
+    # starting now fewer GPUs than it has free (jobs started now take from both alike)
+    planned: set[str] = set()
+
     def plan(c: Candidate) -> None:
         assert profile is not None
         span = length(c)
         s, alloc = profile.earliest(c, capacity, span, horizon)
         if alloc and s < horizon:
             profile.reserve(alloc, s, s + span)
+            planned.update(n for n, _ in alloc)
             if on_reserve is not None:
                 on_reserve(c.job_id, s)
 
@@ -277,18 +372,24 @@ def backfill_pass(
             deferred.append(c)  # cannot start now whatever the reservations
             continue
         if profile is None:
-            ends = {
-                n: [(ceil(e / res) * res if e < INF else e, g) for e, g in node_ends(n)]
-                for n in free_now
-            }
-            profile = Profile(base, free_now, ends)
+            if steps is not None:
+                profile = Profile.from_steps(base, steps)
+            else:
+                ends = {
+                    n: [(ceil(e / res) * res if e < INF else e, g) for e, g in node_ends(n)]
+                    for n in free_now
+                }
+                profile = Profile(base, free_now, ends)
         for d in deferred:
             plan(d)
         deferred.clear()
         span = length(c)
         idx = FreeIndex(capacity)
         for n in open_nodes:  # what each node can give for the whole time limit
-            idx.set(n, min(free_now[n], profile.window_min(n, base, base + span)))
+            f = free_now[n]
+            if n in planned:
+                f = min(f, profile.window_min(n, base, base + span))
+            idx.set(n, f)
         cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
         alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
         if alloc is None:

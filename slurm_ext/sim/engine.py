@@ -49,6 +49,7 @@ from slurm_ext.policy import (
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.placement import consolidate_for, min_nodes
 from slurm_ext.policy.ranking import key_and_change, starved
+from slurm_ext.sim.backfill import NodeSteps
 from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
 from slurm_ext.sim.cpus import cpu_speed, even_share
 from slurm_ext.sim.scheduler import SlurmPasses
@@ -115,6 +116,10 @@ class Simulator(SlurmPasses, NodeClearing):
         self.bf_due: float | None = None  # the pending backfill tick
         self.bf_changed = False  # something a backfill pass reads changed since the last
         self.policy_due: float | None = None  # the pending policy tick
+        # the backfill pass's per-node steps, kept across passes; a node is stale once a
+        # job starts or stops on it (sim/scheduler.py)
+        self.steps: dict[str, NodeSteps] = {}
+        self.steps_stale: set[str] = set()
         self.cleared: list[int] = []
         self.verify_victims = False  # tests: check the clearing tables against the rule
         # the no-room cache and the clearing tables: see sim/clearing.py
@@ -462,6 +467,7 @@ class Simulator(SlurmPasses, NodeClearing):
         self.running_jobs.add(job)
         for n, g in alloc:
             self.on_node[n][job] = g
+            self.steps_stale.add(n)
         job.alloc = alloc
         job.running = True
         job.start = now
@@ -495,6 +501,7 @@ class Simulator(SlurmPasses, NodeClearing):
             self._give(job.alloc, job.cpus_per_gpu)
         for n, _ in job.alloc:
             del self.on_node[n][job]
+            self.steps_stale.add(n)
             self.dirty.add(n)
             self.grown.append(n)
         job.alloc = []

@@ -11,11 +11,18 @@ would start nothing. The pass itself is `sim.backfill.backfill_pass`, a pure fun
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
-from slurm_ext.sim.backfill import BackfillParams, Candidate, backfill_pass
+from slurm_ext.sim.backfill import (
+    BackfillParams,
+    Candidate,
+    NodeSteps,
+    backfill_pass,
+    node_steps,
+    round_up,
+)
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -69,6 +76,7 @@ class SlurmPasses:
                 self.idx.capacity,
                 params,
                 self.free_cpus,
+                steps=self._node_steps(),
             )
         finally:
             for b, entry in popped:  # started jobs' entries go stale
@@ -102,6 +110,23 @@ class SlurmPasses:
             (j.start + j.limit if j.limit is not None else INF, g)
             for j, g in self.on_node[node].items()
         ]
+
+    def _node_steps(self: Simulator) -> dict[str, NodeSteps]:
+        """Each node's `NodeSteps` (limit ends rounded up to `bf_resolution`), in node
+        order, rebuilt only for nodes where a job started or stopped since (`steps_stale`,
+        or free GPUs that no longer match)."""
+        steps, free, stale = self.steps, self.idx.free, self.steps_stale
+        if not steps:
+            redo: Iterable[str] = list(free)  # the first pass: every node, in node order
+        else:
+            stale.update(n for n, st in steps.items() if st.frees[0] != free[n])
+            redo = stale
+        res = self.cl.bf_resolution_s
+        for n in redo:
+            ends = [(round_up(e, res), g) for e, g in self._node_ends(n)]
+            steps[n] = node_steps(free[n], ends)
+        stale.clear()
+        return steps
 
     def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
         """The pending jobs best key first: a merge of the bucket heaps, popping entries as
