@@ -25,6 +25,7 @@ a long benchmark, run it alone.
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 import tempfile
 from dataclasses import replace
@@ -33,6 +34,7 @@ from pathlib import Path
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.cli import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
+from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s
 from slurm_ext.replay.slurmconf import backfill_settings
 from slurm_ext.sim.engine import SimConfig
@@ -98,8 +100,17 @@ def sim_inputs(
     planned = plan(
         trace, speedup, args.nodes, args.gpus_per_node, mode, args.preemptible_fraction, args.seed
     )
+    # live, every job runs as this user under its replay name: the conditioned Gittins
+    # index groups them so, and the simulator must see the same kinds
+    user = getpass.getuser()
     jobs = [
-        replace(p.trace, time_limit_s=p.limit_min * 60.0 * speedup, checkpoint=p.preemptible)
+        replace(
+            p.trace,
+            time_limit_s=p.limit_min * 60.0 * speedup,
+            checkpoint=p.preemptible,
+            user=user,
+            job_name=p.name,
+        )
         for p in planned
     ]
     bf = backfill_settings(speedup, max(p.limit_min for p in planned))
@@ -143,7 +154,17 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     gpus = args.nodes * args.gpus_per_node
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-fidelity-"))
-    rows = []
+    try:
+        rows = run(args, modes, gpus, work)
+    except Interrupted:
+        print("interrupted: the replay cancelled its jobs and stopped its daemons", file=sys.stderr)
+        return 130
+    print_table(rows, work)
+    return 0
+
+
+def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[tuple]:
+    rows: list[tuple] = []
     for name in args.traces.split(","):
         trace = load_trace(name, args.jobs, gpus, args.load)
         if trace is None:
@@ -168,6 +189,10 @@ def main() -> int:
                 flush=True,
             )
         rows.append((name, "order", order(live), order(sim), orders_agree(live, sim)))
+    return rows
+
+
+def print_table(rows: list[tuple], work: Path) -> None:
     print()
     print(
         "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim | live p95 | live util | requeues | timeouts |"
@@ -183,7 +208,6 @@ def main() -> int:
             f"{row['p95_jct_s']:.0f} | {row['gpu_utilization']:.2f} | {row['requeues']} | {row['timeouts']} |"
         )
     print(f"\nlogs: {work}")
-    return 0
 
 
 if __name__ == "__main__":
