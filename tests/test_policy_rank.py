@@ -277,6 +277,10 @@ def test_wait_guard_lifts_a_job_after_factor_x_its_predicted_run():
     (_, _, score, _, _), after = key(0.0)
     assert score == -index and after == pytest.approx(unit)
     assert key(unit * 1.01)[0][2] == GUARDED
+    assert (
+        "wait guard"
+        in rank([JobView(1, 8, 0.0, waiting_since=0.0)], unit * 1.01, cfg, table)[0].reason
+    )
     assert key(unit * 1.01, PolicyConfig(**{**cfg.__dict__, "wait_guard_factor": 0}))[0][2] == (
         -index
     )

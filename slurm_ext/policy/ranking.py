@@ -363,6 +363,11 @@ def explain(
                 )
             else:
                 parts.append("no history yet: 2D-LAS order")
+            if key[2] == GUARDED:
+                parts.append(
+                    f"wait guard: waited >= {config.wait_guard_factor:g} x its predicted run,"
+                    " ahead of unguarded jobs"
+                )
         if promoted(job, now, config):
             since = job.waiting_since if job.waiting_since is not None else job.submit_time
             parts.append(
