@@ -35,6 +35,8 @@ from slurm_ext.sim.metrics import percentile
 from slurm_ext.sim.users import synth_user_jobs
 
 CKPT = 900.0
+# the oracle as it was: every victim the rule may take, no cost weighed, no cap
+SRTF = PolicyConfig(policy="srtf", preemption_cost=False, max_preemptions=0)
 
 
 def runs(
@@ -49,14 +51,14 @@ def runs(
         "sjf": (PolicyConfig(policy="sjf"), replace(base, preemptive=False)),
         "half": (g, replace(pre, preemptible_fraction=0.5)),
         "all": (g, replace(pre, preemptible_fraction=1.0)),
-        "srtf": (PolicyConfig(policy="srtf"), replace(pre, preemptible_fraction=1.0)),
+        "srtf": (SRTF, replace(pre, preemptible_fraction=1.0)),
     }
 
 
 def wide_p99(jobs) -> float:
     """p99 JCT of the widest 5% of jobs (by GPUs, ties by submit order)."""
     wide = sorted(jobs, key=lambda j: (-j.gpus, j.submit))[: max(1, len(jobs) // 20)]
-    return percentile([j.finish - j.submit for j in wide], 99)
+    return percentile(sorted(j.finish - j.submit for j in wide), 99)
 
 
 def per_user(jobs) -> dict[str, float]:
