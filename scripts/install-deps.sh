@@ -6,14 +6,14 @@
 # built against it (scripts/install-slurm2511.sh; WITH_SLURM2511=0 skips it). Idempotent: skips apt and the builds when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3"
+PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3 slurmdbd mariadb-server"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   echo "installing Debian packages:$missing" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq $missing >/dev/null
+  apt-get install -y -qq -o DPkg::Lock::Timeout=600 $missing >/dev/null
 fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

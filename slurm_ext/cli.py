@@ -44,6 +44,10 @@ from slurm_ext.energy_cli import energy  # noqa: E402
 
 main.add_command(energy)
 
+from slurm_ext.replay.cli import replay  # noqa: E402
+
+main.add_command(replay)
+
 
 if __name__ == "__main__":
     main()

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -447,9 +448,13 @@ def test_explain_names_the_kind_group_of_a_never_run_job(clean_queue, tmp_path):
 
     c = clean_queue
     me = getpass.getuser()
+    # names no other test uses: an ended job of the same name that Slurm still lists
+    # (MinJobAge) would be folded into the history and change the sample counts
+    tag = uuid.uuid4().hex[:8]
+    train_name, sim_name = f"train-{tag}", f"sim-{tag}"
     store = Store(tmp_path / "service.db")
-    rows = [(900 + i, 60.0, 60.0, 1000.0 + i, me, "train", "", 3600.0) for i in range(3)]
-    rows += [(910 + i, 9000.0, 9000.0, 1000.0 + i, me, "sim", "", 86400.0) for i in range(3)]
+    rows = [(900 + i, 60.0, 60.0, 1000.0 + i, me, train_name, "", 3600.0) for i in range(3)]
+    rows += [(910 + i, 9000.0, 9000.0, 1000.0 + i, me, sim_name, "", 86400.0) for i in range(3)]
     store.save_jobs([], rows)
     store.close()
     config = write_config(
@@ -460,13 +465,13 @@ def test_explain_names_the_kind_group_of_a_never_run_job(clean_queue, tmp_path):
         policy_gittins_classes='"pooled"',
     )
     c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
-    sim = c.sbatch("--gres=gpu:1", "-J", "sim")
-    train = c.sbatch("--gres=gpu:1", "-J", "train")
+    sim = c.sbatch("--gres=gpu:1", "-J", sim_name)
+    train = c.sbatch("--gres=gpu:1", "-J", train_name)
     cli("serve", "--once", "--config", str(config))
     text = cli("explain", str(train), "--config", str(config)).stdout
-    assert f"from user={me},name=train (3 completed jobs)" in text, text
+    assert f"from user={me},name={train_name} (3 completed jobs)" in text, text
     info = json.loads(cli("explain", str(sim), "--json", "--config", str(config)).stdout)
-    assert f"from user={me},name=sim (3 completed jobs)" in info["policy_reason"]
+    assert f"from user={me},name={sim_name} (3 completed jobs)" in info["policy_reason"]
     ranks = {r["job_id"]: r["rank"] for r in json.loads(
         cli("queue", "--json", "--config", str(config)).stdout)["jobs"]}  # fmt: skip
     assert ranks[train] < ranks[sim]

@@ -130,6 +130,7 @@ class LocalCluster:
     job_submit_lua: str | None = None  # Lua source; enables JobSubmitPlugins=lua
     extra_conf: str = ""
     prefix: Path | None = None  # a Slurm installation; None: Debian's programs on PATH
+    accounting: bool = False  # a private MariaDB + slurmdbd (testing/accounting.py)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _owns_root: bool = field(default=False, repr=False)
     _version: tuple[int, int] | None = field(default=None, repr=False)
@@ -208,6 +209,8 @@ class LocalCluster:
         self._write_files()
         try:
             self._start_munge()
+            if self.accounting:
+                self._start_accounting(timeout)
             self.start_slurmctld()
             for name in self.node_names:
                 self._spawn(
@@ -256,6 +259,8 @@ class LocalCluster:
                 extra=self.extra_conf,
             )
         )
+        if self.accounting:
+            self._write_accounting_files()
         (root / "etc" / "gres.conf").write_text(
             GRES_CONF.format(node_range=node_range, root=root, last_gpu=self.gpus_per_node - 1)
         )
@@ -308,6 +313,32 @@ class LocalCluster:
         """Start (or restart after stop_slurmctld) the controller."""
         self._spawn("slurmctld", [self.binary("slurmctld"), "-D", "-f", str(self.conf_path)])
 
+    # ---- accounting (slurmdbd + a private MariaDB) ---------------------------------
+    def _write_accounting_files(self) -> None:
+        from slurm_ext.testing import accounting
+
+        assert self.root is not None
+        self.db_port, self.dbd_port = _free_ports(2)
+        lines = accounting.write_files(self.root, self.db_port, self.dbd_port)
+        with self.conf_path.open("a") as fh:
+            fh.write(lines)
+
+    def _start_accounting(self, timeout: float) -> None:
+        """MariaDB, then slurmdbd, then the cluster registered: before slurmctld starts."""
+        from slurm_ext.testing import accounting
+
+        root = self.root
+        assert root is not None
+        accounting.install_db(root)
+        self._spawn("mariadbd", accounting.mariadb_argv(root, self.db_port))
+        log = root / "log" / "mariadbd.log"
+        accounting.wait_port(self.db_port, self._procs["mariadbd"], "mariadbd", log, timeout)
+        # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (our etc/)
+        self._spawn("slurmdbd", [self.binary("slurmdbd"), "-D"])
+        log = root / "log" / "slurmdbd.log"
+        accounting.wait_port(self.dbd_port, self._procs["slurmdbd"], "slurmdbd", log, timeout)
+        accounting.register(self.env, self.cluster_name, self.binary("sacctmgr"))
+
     def stop_slurmctld(self) -> None:
         self._terminate("slurmctld")
 
@@ -350,6 +381,8 @@ class LocalCluster:
         for name in [n for n in self._procs if n.startswith("slurmd-")]:
             self._terminate(name)
         self._terminate("slurmctld")
+        self._terminate("slurmdbd")  # after slurmctld: it flushes its last job records
+        self._terminate("mariadbd")
         self._terminate("munged")
 
     def cleanup(self) -> None:

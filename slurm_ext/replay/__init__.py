@@ -1,0 +1,1 @@
+"""`slurm-ext replay`: a trace replayed live on Slurm, time-compressed (docs/simulator.md)."""

@@ -1,0 +1,46 @@
+"""LocalCluster(accounting=True): a private MariaDB + slurmdbd; sacct reads jobs back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from conftest import cluster_options
+
+from slurm_ext.testing.cluster import LocalCluster
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.mark.parametrize("version", ["22.05", "25.11"])
+def test_accounting_cluster_records_jobs_in_sacct(tmp_path: Path, version: str) -> None:
+    """On Debian's 22.05 and on 25.11 built from source (its own slurmdbd with the mysql
+    plugin; gres/gpu in AccountingStorageTRES, which 25.11 accepts only with slurmdbd)."""
+    opts = cluster_options(version)
+    root = tmp_path / "c"
+    with LocalCluster(nodes=1, gpus_per_node=2, root=root, accounting=True, **opts) as cluster:
+        if version == "25.11":
+            assert cluster.binary("slurmdbd").startswith(str(opts["prefix"]))
+        job = cluster.sbatch("--gres=gpu:2", wrap="sleep 1")
+        deadline = time.monotonic() + 60
+        row = ""
+        while time.monotonic() < deadline:
+            out = cluster.run(
+                "sacct", "-X", "-n", "-P", f"-j{job}", "-o", "JobIDRaw,State,AllocTRES"
+            )
+            row = out.strip()
+            if "|COMPLETED|" in row:
+                break
+            time.sleep(0.5)
+        fields = row.split("|")
+        assert fields[:2] == [str(job), "COMPLETED"], row
+        assert "gres/gpu=2" in fields[2]
+        # the multifactor weights that need slurmdbd are in force, not ignored
+        log = cluster.log()
+        assert "can only be used with SlurmDBD" not in log
+        weights = cluster.run("sprio", "-w", "-h")
+        assert "1000" in weights  # PriorityWeightAge / Fairshare
+        # the database and slurmdbd are this cluster's own, in its directory
+        assert (cluster.root / "db" / "data" / "mysql").is_dir()
+        assert cluster.log("slurmdbd")
