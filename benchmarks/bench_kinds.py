@@ -47,7 +47,7 @@ def variants(overrides: dict, preemptive: bool) -> list[tuple[str, PolicyConfig]
 def wide_p99(jobs) -> float:
     """p99 JCT of the widest 5% of jobs (by GPUs, ties by submit order)."""
     wide = sorted(jobs, key=lambda j: (-j.gpus, j.submit))[: max(1, len(jobs) // 20)]
-    return percentile([j.finish - j.submit for j in wide], 99)
+    return percentile(sorted(j.finish - j.submit for j in wide), 99)
 
 
 def one(args: tuple) -> tuple[tuple, dict]:

@@ -21,7 +21,12 @@ from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobView, Node
 from slurm_ext.policy import PolicyConfig, network_sensitive, place, rank
 from slurm_ext.policy.placement import consolidate_for
-from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
+from slurm_ext.policy.preemption import (
+    RunningJob,
+    WaitingJob,
+    choose_victims,
+    requeue_cost_gpu_s,
+)
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold_jobs, persisted_fields
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
@@ -177,21 +182,37 @@ def preemption_victims(
         job = by_id[d.job_id]
         if d.rank <= top_rank or not job.running:
             continue
+        ran = now - (job.start_time if job.start_time is not None else now)
+        lost = 0.0
+        if policy.preemption_cost:  # its stint restarted from a checkpoint: count from there
+            lost = requeue_cost_gpu_s(
+                job.gpus, ran, policy.preemption_checkpoint_s, policy.preemption_restart_s
+            )
         below.append(
             RunningJob(
                 job.job_id,
                 tuple((n, g) for n, g in _per_node(job) if n in free),
                 job.requeue and parse_hints(job.comment).checkpoint,
-                now - (job.start_time if job.start_time is not None else now),
+                ran,
                 job.job_id in pins,
+                lost_gpu_s=lost,
+                preemptions=job.restart_count or 0,
             )
         )
     model = parse_hints(top.comment).model
+    gain = None
+    if policy.preemption_cost:  # the wait it has paid so far (rent or buy)
+        gain = top.gpus * max(0.0, now - top.submit_time)
     want = WaitingJob(
-        top.job_id, top.gpus, consolidate_for(placement_mode, network_sensitive(model))
+        top.job_id,
+        top.gpus,
+        consolidate_for(placement_mode, network_sensitive(model)),
+        gain_gpu_s=gain,
     )
     capacity = max((n.gpus for n in nodes), default=0)
-    return top.job_id, choose_victims(want, below, free, capacity, policy.min_run_s)
+    return top.job_id, choose_victims(
+        want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
+    )
 
 
 def _per_node(job: Job) -> list[tuple[str, int]]:

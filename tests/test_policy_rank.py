@@ -255,3 +255,37 @@ def test_gittins_censored_reads_the_ranked_jobs_attained_service():
     assert index(rank(jobs, 10, cfg, history))[1] == pytest.approx(2 / 3 / 1100)
     km = rank(jobs, 10, replace(cfg, gittins_censored=True), history)
     assert index(km)[1] == pytest.approx(0.6 / 1100)
+
+
+def test_wait_guard_lifts_a_job_after_factor_x_its_predicted_run():
+    """A pending job that waited `wait_guard_factor` x its predicted run (1 / index
+    GPU-seconds over its GPUs) goes ahead of every unguarded job ("promote"), or its
+    index doubles at 1, 3, 7, ... such units ("age"); the key says when it changes."""
+    from slurm_ext.policy.gittins import GittinsTable
+    from slurm_ext.policy.ranking import GUARDED, key_and_change
+
+    table = GittinsTable.from_samples([3600.0 * k for k in range(1, 41)], whole=True)
+    cfg = PolicyConfig(
+        gittins_kinds=[], gittins_classes="pooled", gittins_index="whole", wait_guard_factor=2
+    )
+    index = table.step(0.0)[0]  # the index as ranking reads it
+    unit = 2 / (index * 8)  # 2 x the predicted run of an 8-GPU job, seconds
+
+    def key(now, c=cfg):
+        return key_and_change(c, table, now, 1, 8, 0.0, 0.0, 0.0, False, 0.0, 0.0, None, None)
+
+    (_, _, score, _, _), after = key(0.0)
+    assert score == -index and after == pytest.approx(unit)
+    assert key(unit * 1.01)[0][2] == GUARDED
+    assert (
+        "wait guard"
+        in rank([JobView(1, 8, 0.0, waiting_since=0.0)], unit * 1.01, cfg, table)[0].reason
+    )
+    assert key(unit * 1.01, PolicyConfig(**{**cfg.__dict__, "wait_guard_factor": 0}))[0][2] == (
+        -index
+    )
+    aged = PolicyConfig(**{**cfg.__dict__, "wait_guard": "age"})
+    assert key(unit * 0.5, aged)[0][2] == -index
+    (_, _, score, _, _), after = key(unit * 1.5, aged)
+    assert score == -2 * index and after == pytest.approx(unit * 1.5)  # next step at 3 units
+    assert key(unit * 3.5, aged)[0][2] == -4 * index

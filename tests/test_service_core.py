@@ -391,6 +391,7 @@ def test_service_ranks_by_gpu_class_tables_from_its_store_as_the_simulator(tmp_p
         gittins_classes="gpus",
         gittins_class_min_samples=2,
         gittins_index="quantum",  # the hand-worked tables (the service does not preempt)
+        wait_guard_factor=0,  # both jobs waited long: the guard would order them FIFO
     )
     store = Store(tmp_path / "s.db")
     store.save_jobs([], [(i, s, s / g, 1000.0 + i) for i, (g, s) in enumerate(done)])

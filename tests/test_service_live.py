@@ -416,6 +416,17 @@ def test_requeue_preemption_only_touches_opted_in_jobs(clean_queue, tmp_path):
     cli("serve", "--once", "--config", str(config))  # records their start
     time.sleep(4)  # 16 GPU-s each: queue 1
     new = c.sbatch("-N1", "--gres=gpu:4", "-J", "new")
+    # preemption_cost (default on): the new job has not waited as long as a requeue
+    # would lose (the victims' stints + 30 s restart, checkpoint every 900 s): nobody goes
+    res = cli("serve", "--once", "--config", str(config))
+    assert "0 requeued" in res.stderr, res.stderr
+    config = write_config(
+        tmp_path / "service.toml",
+        c,
+        preemption='"requeue"',
+        max_requeues_per_pass=1,
+        policy_preemption_cost="false",
+    )
     res = cli("serve", "--once", "--config", str(config))
     assert "1 requeued" in res.stderr, res.stderr
     restarts = {j: "Restarts=1" in _show(c, j) for j in opted + plain}

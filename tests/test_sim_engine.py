@@ -276,7 +276,11 @@ def test_consolidated_clearing_evicts_the_lowest_ranked_jobs():
         TraceJob(job_id=3, gpus=2, submit_time=200, duration_s=40),  # J, queue 0
     ]
     cfg = PolicyConfig(
-        policy="las", queue_thresholds_gpu_s=[100.0], min_run_s=0, starvation_factor=0
+        policy="las",
+        queue_thresholds_gpu_s=[100.0],
+        min_run_s=0,
+        starvation_factor=0,
+        preemption_cost=False,  # J has not waited: the cost rule would keep W running
     )
     sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=2, restart_overhead_s=10))
     jobs = sim.run()

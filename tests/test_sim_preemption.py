@@ -10,7 +10,12 @@ import pytest
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, choose_gpus, rank
-from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
+from slurm_ext.policy.preemption import (
+    RunningJob,
+    WaitingJob,
+    choose_victims,
+    requeue_cost_gpu_s,
+)
 from slurm_ext.service import _per_node, preemption_victims
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.synth import synth_jobs
@@ -53,6 +58,46 @@ def test_consolidated_job_clears_the_node_of_the_lowest_ranked_jobs():
     assert choose_victims(WaitingJob(9, 8, True), below, free, 4) == []
 
 
+def test_requeue_cost_and_preemption_cap_keep_jobs_running():
+    free = {"n0": 0}
+    # job 1: 300 s of work since its last checkpoint + 30 s restart, 2 GPUs = 660 GPU-s
+    costly = RunningJob(1, (("n0", 2),), True, 1200.0, lost_gpu_s=660.0)
+    cheap = RunningJob(2, (("n0", 2),), True, 1200.0, lost_gpu_s=60.0)
+    w = WaitingJob(9, 2, False, gain_gpu_s=600.0)  # it has waited 300 s on 2 GPUs
+    assert choose_victims(w, [costly, cheap], free, 4) == [2]
+    assert choose_victims(w, [costly], free, 4) == []  # would lose more than it gains
+    assert choose_victims(WaitingJob(9, 2, False, gain_gpu_s=660.0), [costly], free, 4) == [1]
+    assert choose_victims(WaitingJob(9, 2, False), [costly], free, 4) == [1]  # not costed
+    tired = RunningJob(3, (("n0", 2),), True, 1200.0, preemptions=5)
+    assert choose_victims(WaitingJob(9, 2, False), [tired], free, 4, max_preemptions=5) == []
+    assert choose_victims(WaitingJob(9, 2, False), [tired], free, 4, max_preemptions=6) == [3]
+    assert choose_victims(WaitingJob(9, 2, True), [tired, cheap], free, 4, max_preemptions=5) == [2]
+    assert requeue_cost_gpu_s(2, 1000.0, 900.0, 30.0) == pytest.approx(2 * (100 + 30))
+    assert requeue_cost_gpu_s(2, 1000.0, 0.0, 30.0) == pytest.approx(60.0)
+
+
+def test_preemption_cap_bounds_requeues_of_a_whole_run():
+    trace = synth_jobs(600, 32, load=1.2, seed=4)
+    cl = SimConfig(nodes=4, gpus_per_node=8)
+    free_run = Simulator(trace, PolicyConfig(min_run_s=0, max_preemptions=0), cl)
+    assert max(j.preemptions for j in free_run.run()) > 3  # the cap has work to do
+    capped = Simulator(trace, PolicyConfig(min_run_s=0, max_preemptions=3), cl)
+    jobs = capped.run()
+    assert max(j.preemptions for j in jobs) == 3 and capped.preemptions > 0
+    assert all(j.finish is not None for j in jobs)
+
+
+def test_requeue_cost_lowers_lost_work():
+    trace = synth_jobs(600, 32, load=1.2, seed=4)
+    cl = SimConfig(nodes=4, gpus_per_node=8, checkpoint_interval_s=900.0)
+    plain = Simulator(trace, PolicyConfig(preemption_cost=False), cl)
+    plain.run()
+    costed = Simulator(trace, PolicyConfig(preemption_cost=True), cl)
+    costed.run()
+    assert plain.lost_work_gpu_s > 0
+    assert costed.lost_work_gpu_s < plain.lost_work_gpu_s
+
+
 def _snapshot(seed: int):
     """A random simulator state at t=1000 and the same state as the service sees it."""
     rng = random.Random(seed)
@@ -75,9 +120,20 @@ def _snapshot(seed: int):
         queue_thresholds_gpu_s=[rng.choice([200.0, 2000.0])],
         min_run_s=rng.choice([0.0, 300.0]),
         starvation_factor=0,
+        max_preemptions=rng.choice([0, 0, 1, 2]),
+        preemption_cost=rng.random() < 0.5,
+        preemption_checkpoint_s=rng.choice([0.0, 120.0, 900.0]),
     )
-    cl = SimConfig(nodes=rng.randint(2, 5), gpus_per_node=gpn, placement=placement)
+    cl = SimConfig(
+        nodes=rng.randint(2, 5),
+        gpus_per_node=gpn,
+        placement=placement,
+        checkpoint_interval_s=cfg.preemption_checkpoint_s,
+        restart_overhead_s=cfg.preemption_restart_s,
+    )
     sim = Simulator([t for t in trace if t.gpus <= cl.nodes * gpn], cfg, cl)
+    for job in sim.jobs:  # earlier requeues (the service reads Slurm's restart count)
+        job.preemptions = rng.choice([0, 0, 1, 2, 3])
     now = 1000.0
     starts = sorted((rng.uniform(j.submit, now - 1), j) for j in sim.jobs if rng.random() < 0.7)
     for t, job in starts:
@@ -108,6 +164,7 @@ def _service_job(j, alloc, start, ok):
         nodes=tuple(n for n, _ in alloc),
         requeue=True,
         comment=f"model={j.model} {flag}",
+        restart_count=j.preemptions,
     )
 
 
@@ -147,7 +204,8 @@ def test_service_and_simulator_pick_the_same_victims(seed):
 def test_clearing_tables_pick_what_the_rule_picks(policy):
     """Whole runs: every clearing by the tables is checked against choose_victims."""
     trace = synth_jobs(600, 32, load=1.2, seed=4)
-    sim = Simulator(trace, PolicyConfig(policy=policy), SimConfig(nodes=4, gpus_per_node=8))
+    cfg = PolicyConfig(policy=policy, preemption_cost=False, max_preemptions=0)  # tables on
+    sim = Simulator(trace, cfg, SimConfig(nodes=4, gpus_per_node=8))
     sim.verify_victims = True
     sim.run()
     assert sim.preemptions > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices, positive
@@ -57,6 +58,23 @@ class PolicyConfig:
         "auto" (default) is "whole" where nothing is preempted (the service's
         preemption = "off", the simulator's --no-preemptive), else "quantum": the shells
         resolve it with `for_preemption`.
+    wait_guard_factor: the starvation rule for jobs the index ranks low (wide, long): a
+        pending job (gittins) that has waited longer than this x its predicted run time
+        (1 / its Gittins index, GPU-seconds over its GPUs; for the whole-job index the
+        expected remaining run) goes ahead of every job not so guarded, in submit order,
+        so Slurm's backfill reserves room for it (wait_guard = "promote"), or its index
+        doubles each time its wait passes 1, 3, 7, ... x (factor x predicted run)
+        (wait_guard = "age": aging in the job's own predicted service, as the response
+        ratio of HRRN, in steps so keys change at events). 0 disables.
+    max_preemptions: a running job preempted this many times already is not preempted
+        again (0: no cap); bounds the requeues of one job on long, backlogged runs.
+    preemption_cost: weigh a requeue's cost against the waiting job's gain
+        (`policy.preemption`): a job whose lost work since its last checkpoint plus
+        restart overhead (GPU-seconds) exceeds the waiting job's wait so far x its GPUs
+        is not preempted.
+    preemption_checkpoint_s / preemption_restart_s: what the service assumes of opted-in
+        jobs for that cost (checkpoint interval, 0: no work lost; restart overhead); the
+        simulator uses its cluster's own (SimConfig).
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
     """
@@ -78,6 +96,12 @@ class PolicyConfig:
     gittins_kind_min_samples: int = positive(5)
     gittins_time_limit: bool = True
     gittins_index: str = choices("auto", "quantum", "whole", default="auto")
+    wait_guard_factor: float = 10.0
+    wait_guard: str = choices("promote", "age", default="promote")
+    max_preemptions: int = 50
+    preemption_cost: bool = True
+    preemption_checkpoint_s: float = 900.0
+    preemption_restart_s: float = 30.0
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
 
@@ -95,6 +119,14 @@ class PolicyConfig:
             raise ValueError("min_run_s must be >= 0")
         if self.gittins_grid_start_gpu_s <= 0 or self.gittins_grid_per_decade < 1:
             raise ValueError("gittins grid must start > 0 with >= 1 point per decade")
+        if self.wait_guard_factor < 0:
+            raise ValueError("wait_guard_factor must be >= 0 (0: off)")
+        for name in ("preemption_checkpoint_s", "preemption_restart_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {v}")
+        if self.max_preemptions < 0:
+            raise ValueError("max_preemptions must be >= 0 (0: no cap)")
         if self.gittins_class_min_samples < 1:
             raise ValueError("gittins_class_min_samples must be >= 1")
         if self.gittins_kind_min_samples < 1:

@@ -7,8 +7,12 @@ first) and returns job ids; the caller requeues them.
 
 The rule:
 - Only eligible jobs go: opted in to requeue (they checkpoint), not pinned by an admin,
-  and past `min_run_s` in their current stint (so a job is not requeued before it could
-  write a checkpoint).
+  past `min_run_s` in their current stint (so a job is not requeued before it could
+  write a checkpoint), preempted fewer than `max_preemptions` times (0: no cap; a job
+  requeued that often is left to finish, so no job is preempted without end), and, when
+  the waiting job carries a gain, not costing more than it: a job whose requeue would
+  lose more GPU-seconds (work since its last checkpoint plus restart overhead) than the
+  waiting job gains stays.
 - The worst-ranked go first, and only as many as needed.
 - A job that must consolidate (fewest nodes) needs whole-node room: the nodes whose
   best-ranked job that must go ranks lowest are cleared, worst first on each, until the
@@ -39,6 +43,8 @@ class RunningJob:
     ran_s: float  # length of its current stint (seconds)
     pinned: bool = False  # an admin pinned its priority: leave it alone
     cpus_per_gpu: int = 0  # cores it holds per GPU (0: cores not counted)
+    lost_gpu_s: float = 0.0  # what requeueing it now costs: lost work + restart, x GPUs
+    preemptions: int = 0  # times it was preempted before
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,33 @@ class WaitingJob:
     gpus: int
     consolidate: bool  # must get the fewest nodes possible
     cpus_per_gpu: int = 0
+    # GPU-seconds starting now gains it (None: requeue costs are not weighed). The shells
+    # pass the wait it has paid so far x its GPUs: the rent-or-buy rule, which preempts
+    # once the waiting has cost as much as the requeue would (ski rental: for this one
+    # decision, within 2x of the better of waiting and preempting at once, whatever
+    # the job's unknown size).
+    gain_gpu_s: float | None = None
 
 
-def eligible(job: RunningJob, min_run_s: float) -> bool:
-    return job.requeueable and not job.pinned and job.ran_s >= min_run_s
+def eligible(
+    job: RunningJob, min_run_s: float, max_preemptions: int = 0, gain_gpu_s: float | None = None
+) -> bool:
+    return (
+        job.requeueable
+        and not job.pinned
+        and job.ran_s >= min_run_s
+        and (max_preemptions <= 0 or job.preemptions < max_preemptions)
+        and (gain_gpu_s is None or job.lost_gpu_s <= gain_gpu_s)
+    )
+
+
+def requeue_cost_gpu_s(
+    gpus: int, progress_s: float, checkpoint_interval_s: float, restart_s: float
+) -> float:
+    """GPU-seconds requeueing a job now throws away: its work since the last multiple of
+    `checkpoint_interval_s` (0: it loses none) plus the restart overhead, x its GPUs."""
+    lost = progress_s % checkpoint_interval_s if checkpoint_interval_s > 0 else 0.0
+    return gpus * (lost + restart_s)
 
 
 class _Books:
@@ -93,6 +122,7 @@ def choose_victims(
     capacity: int,
     min_run_s: float = 0.0,
     free_cpus: Mapping[str, int] | None = None,
+    max_preemptions: int = 0,
 ) -> list[int]:
     """Ids of the running jobs to requeue so that `waiting` fits, worst-ranked first.
 
@@ -101,16 +131,19 @@ def choose_victims(
     free: free GPUs per node, in node order (ties between nodes go to the first).
     capacity: GPUs per node (the largest node's).
     free_cpus: free cores per node when cores count (then `cpus_per_gpu` fields apply).
+    max_preemptions: a job preempted this often already stays (0: no cap).
     Returns [] when the job fits already or the eligible jobs cannot make room.
     """
     books = _Books(free, free_cpus, waiting)
     if waiting.gpus <= 0 or books.fits(capacity):
         return []
+    gain = waiting.gain_gpu_s
     if waiting.consolidate:
-        return _clear_nodes(waiting, [v for v in below if eligible(v, min_run_s)], books, capacity)
+        cands = [v for v in below if eligible(v, min_run_s, max_preemptions, gain)]
+        return _clear_nodes(waiting, cands, books, capacity)
     taken: list[RunningJob] = []
     for v in below:
-        if not eligible(v, min_run_s):
+        if not eligible(v, min_run_s, max_preemptions, gain):
             continue
         books.give(v)
         taken.append(v)

@@ -88,6 +88,10 @@ def queue_of(service_gpu_s: float, gpus: int, config: PolicyConfig) -> int:
     )
 
 
+# the score of a job the wait guard lifted: ahead of any Gittins index
+GUARDED = -math.inf
+
+
 def protected(job: JobView, config: PolicyConfig) -> bool:
     return job.running and job.last_run_s < config.min_run_s
 
@@ -203,6 +207,23 @@ def key_and_change(
                 t = (change_at - attained_gpu_s) / gpus
                 if t < after:
                     after = t
+            elif not running and config.wait_guard_factor > 0 and index > 0 and gpus > 0:
+                # wait guard: waited >= factor x its predicted run (1 / index GPU-seconds
+                # over its GPUs) -> ahead of every unguarded job, first come first served
+                since = waiting_since if waiting_since is not None else submit_time
+                unit = config.wait_guard_factor / (index * gpus)  # factor x predicted run
+                if config.wait_guard == "promote":
+                    left = since + unit - now
+                    if left <= 0.0:
+                        score = GUARDED
+                    elif left < after:
+                        after = left
+                else:  # "age": the index doubles at waits of 1, 3, 7, ... units
+                    tier = math.floor(math.log2(1.0 + max(0.0, now - since) / unit))
+                    score = -index * 2.0**tier
+                    left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
+                    if left < after:
+                        after = max(0.0, left)
         return (prot, queue, score, submit_time, job_id), after
     after = math.inf
     if running and prot == 0:
@@ -342,6 +363,11 @@ def explain(
                 )
             else:
                 parts.append("no history yet: 2D-LAS order")
+            if key[2] == GUARDED:
+                parts.append(
+                    f"wait guard: waited >= {config.wait_guard_factor:g} x its predicted run,"
+                    " ahead of unguarded jobs"
+                )
         if promoted(job, now, config):
             since = job.waiting_since if job.waiting_since is not None else job.submit_time
             parts.append(

@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING
 
 from slurm_ext.policy import choose_gpus
 from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
+from slurm_ext.policy.preemption import (
+    RunningJob,
+    WaitingJob,
+    choose_victims,
+    requeue_cost_gpu_s,
+)
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -61,7 +66,7 @@ class NodeClearing:
                 key=_first,
             )
             cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
-            victims = self._victims(job, cands)
+            victims = self._victims(job, cands, now)
             if self.all_preemptible:  # verify_victims: the tables must agree
                 alloc = self._clear_nodes(job, now)
                 if sorted(self.cleared) != sorted(victims):
@@ -77,7 +82,7 @@ class NodeClearing:
                 self._preempt(self.by_id[v], now, release=True)
             return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
         popped: list[tuple] = []
-        victims = self._victims(job, self._pop_below(job, now, popped))
+        victims = self._victims(job, self._pop_below(job, now, popped), now)
         gone = set(victims)
         for entry in popped:
             if entry[3].id in gone:
@@ -102,13 +107,32 @@ class NodeClearing:
             yield self._running_view(top, now)
 
     def _running_view(self: Simulator, job: SimJob, now: float) -> RunningJob:
+        lost = 0.0
+        if self.cfg.preemption_cost:  # estimated as the service does: from its stint's start
+            cl = self.cl
+            ran = now - job.start
+            lost = requeue_cost_gpu_s(
+                job.gpus, ran, cl.checkpoint_interval_s, cl.restart_overhead_s
+            )
         return RunningJob(
-            job.id, tuple(job.alloc), job.preemptible, now - job.start, False, job.cpus_per_gpu
+            job.id,
+            tuple(job.alloc),
+            job.preemptible,
+            now - job.start,
+            False,
+            job.cpus_per_gpu,
+            lost,
+            job.preemptions,
         )
 
-    def _victims(self: Simulator, job: SimJob, below: Iterable[RunningJob]) -> list[int]:
+    def _victims(
+        self: Simulator, job: SimJob, below: Iterable[RunningJob], now: float
+    ) -> list[int]:
         """`choose_victims` on the simulator's state (the one rule the service uses too)."""
-        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu)
+        gain = None
+        if self.cfg.preemption_cost:
+            gain = job.gpus * (now - job.waiting_since)
+        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu, gain)
         return choose_victims(
             waiting,
             below,
@@ -116,10 +140,13 @@ class NodeClearing:
             self.idx.capacity,
             self.cfg.min_run_s,
             self.free_cpus,
+            self.cfg.max_preemptions,
         )
 
     def _may_make_room(self: Simulator, job: SimJob) -> bool:
         """False if `_make_room` would fail as it did last time (see `no_room`)."""
+        if self.cfg.preemption_cost:  # room grows as the job waits: always try again
+            return True
         rec = self.no_room.get(job.id)
         if rec is None or rec[0] != job.key_ver:
             return True

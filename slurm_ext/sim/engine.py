@@ -149,7 +149,9 @@ class Simulator(SlurmPasses, NodeClearing):
         self.arrivals = sorted(self.jobs, key=lambda j: j.submit)
         self.by_id = {j.id: j for j in self.jobs}
         self.seq += len(self.jobs)
-        self.all_preemptible = self._draw_preemptible(list(trace_jobs))
+        # the clearing tables assume every job below may go: not with a cap or costs
+        rule = self.cfg.max_preemptions > 0 or self.cfg.preemption_cost
+        self.all_preemptible = self._draw_preemptible(list(trace_jobs)) and not rule
 
     def _draw_preemptible(self, trace: list[TraceJob]) -> bool:
         """Mark the jobs that may be preempted; True if all may (see SimConfig)."""
