@@ -21,7 +21,7 @@ from pathlib import Path
 
 SLURMDBD_CONF = """\
 AuthType=auth/munge
-AuthInfo=socket={root}/munge/munge.socket
+AuthInfo=socket={sockets}/munge/munge.socket
 DbdHost=localhost
 DbdAddr=127.0.0.1
 DbdPort={dbd_port}
@@ -43,7 +43,7 @@ ACCOUNTING_CONF = """\
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort={dbd_port}
-AccountingStoragePass={root}/munge/munge.socket
+AccountingStoragePass={sockets}/munge/munge.socket
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageTRES=gres/gpu
 PriorityWeightAge=1000
@@ -88,9 +88,10 @@ def wait_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: 
     )
 
 
-def write_files(root: Path, db_port: int, dbd_port: int) -> str:
+def write_files(root: Path, sockets: Path, db_port: int, dbd_port: int) -> str:
     """Write slurmdbd.conf and the DB's init SQL (0600, a fresh password); return the
-    slurm.conf lines that point slurmctld at this slurmdbd."""
+    slurm.conf lines that point slurmctld at this slurmdbd. sockets: where munge's socket
+    is (`LocalCluster.sockets_dir()`)."""
     password = os.urandom(12).hex()
     for path, text in (
         (root / "etc" / "slurmdbd.conf", SLURMDBD_CONF),
@@ -98,21 +99,24 @@ def write_files(root: Path, db_port: int, dbd_port: int) -> str:
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
-            text.format(root=root, db_port=db_port, dbd_port=dbd_port, password=password)
+            text.format(
+                root=root, sockets=sockets, db_port=db_port, dbd_port=dbd_port, password=password
+            )
         )
         path.chmod(0o600)
-    return ACCOUNTING_CONF.format(dbd_port=dbd_port, root=root)
+    return ACCOUNTING_CONF.format(dbd_port=dbd_port, root=root, sockets=sockets)
 
 
-def mariadb_argv(root: Path, port: int) -> list[str]:
-    """A private mariadbd: our datadir, socket and port, no system option files."""
+def mariadb_argv(root: Path, port: int, sockets: Path) -> list[str]:
+    """A private mariadbd: our datadir, socket (in `sockets`, short) and port, no system
+    option files."""
     db = root / "db"
     return [
         find_binary("mariadbd"),
         "--no-defaults",
         f"--datadir={db}/data",
         "--user=root",
-        f"--socket={db}/mysqld.sock",
+        f"--socket={sockets}/mysqld.sock",
         f"--port={port}",
         "--bind-address=127.0.0.1",
         f"--pid-file={db}/mysqld.pid",

@@ -53,11 +53,11 @@ SlurmctldPort={ctld_port}
 SlurmdPort={first_slurmd_port}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge/munge.socket,cred_expire=5
+AuthInfo=socket={sockets}/munge/munge.socket,cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/slurmd-%n
+SlurmdSpoolDir={sockets}/spool/slurmd-%n
 SlurmctldPidFile={root}/run/slurmctld.pid
 SlurmdPidFile={root}/run/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
@@ -98,6 +98,11 @@ NodeName={node_range} Name=gpu File={root}/dev/gpu[0-{last_gpu}]
 """
 
 
+# deepest root whose sockets stay inside the 108 bytes a unix socket path allows: the
+# longest is slurmstepd's, "/spool/slurmd-node12/node12_1234567.4294967291" (46 bytes)
+SOCKET_ROOT_MAX = 56
+
+
 class ClusterError(RuntimeError):
     """The local cluster could not be started or driven; the message names the log to read."""
 
@@ -134,6 +139,7 @@ class LocalCluster:
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _owns_root: bool = field(default=False, repr=False)
     _version: tuple[int, int] | None = field(default=None, repr=False)
+    _short_sockets: Path | None = field(default=None, repr=False)
 
     # ---- layout -------------------------------------------------------------------
     @property
@@ -226,10 +232,12 @@ class LocalCluster:
     def _write_files(self) -> None:
         root = self.root
         assert root is not None
-        for sub in ("etc", "state", "run", "log", "dev", "munge", "jobs"):
+        for sub in ("etc", "state", "run", "log", "dev", "jobs"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        sockets = self.sockets_dir()
+        (sockets / "munge").mkdir(parents=True, exist_ok=True)
         for name in self.node_names:
-            (root / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
+            (sockets / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
         for i in range(self.gpus_per_node):
             self._fake_gpu(root / "dev" / f"gpu{i}")
         ports = _free_ports(self.nodes + 1)
@@ -249,6 +257,7 @@ class LocalCluster:
                 ctld_port=self.ctld_port,
                 first_slurmd_port=node_ports[0],
                 root=root,
+                sockets=sockets,
                 cpus=self.cpus_per_node,
                 memory_mb=self.memory_mb,
                 gpus=self.gpus_per_node,
@@ -284,22 +293,23 @@ class LocalCluster:
     def _start_munge(self) -> None:
         root = self.root
         assert root is not None
-        key = root / "munge" / "munge.key"
+        munge = self.sockets_dir() / "munge"
+        key = munge / "munge.key"
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             key.chmod(0o600)
-        (root / "munge").chmod(0o755)  # munged wants the socket dir traversable
+        munge.chmod(0o755)  # munged wants the socket dir traversable
         self._spawn(
             "munged",
             [
                 self.binary("munged"),
                 "--foreground",
                 "--force",
-                f"--socket={root}/munge/munge.socket",
+                f"--socket={munge}/munge.socket",
                 f"--key-file={key}",
-                f"--pid-file={root}/munge/munged.pid",
+                f"--pid-file={munge}/munged.pid",
                 f"--log-file={root}/log/munged.log",
-                f"--seed-file={root}/munge/munged.seed",
+                f"--seed-file={munge}/munged.seed",
                 "--num-threads=2",
             ],
         )
@@ -319,7 +329,7 @@ class LocalCluster:
 
         assert self.root is not None
         self.db_port, self.dbd_port = _free_ports(2)
-        lines = accounting.write_files(self.root, self.db_port, self.dbd_port)
+        lines = accounting.write_files(self.root, self.sockets_dir(), self.db_port, self.dbd_port)
         with self.conf_path.open("a") as fh:
             fh.write(lines)
 
@@ -330,7 +340,7 @@ class LocalCluster:
         root = self.root
         assert root is not None
         accounting.install_db(root)
-        self._spawn("mariadbd", accounting.mariadb_argv(root, self.db_port))
+        self._spawn("mariadbd", accounting.mariadb_argv(root, self.db_port, self.sockets_dir()))
         log = root / "log" / "mariadbd.log"
         accounting.wait_port(self.db_port, self._procs["mariadbd"], "mariadbd", log, timeout)
         # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (our etc/)
@@ -385,8 +395,27 @@ class LocalCluster:
         self._terminate("mariadbd")
         self._terminate("munged")
 
+    def sockets_dir(self) -> Path:
+        """Where the unix sockets live (munge/ and slurmd's spool/, where slurmstepd puts
+        `<node>_<job>.<step>`): the cluster's root, or a short directory in /tmp linked
+        from it when the root is deep, since a unix socket path over 108 bytes fails (a
+        long pytest tmp_path made every job launch fail)."""
+        assert self.root is not None
+        if len(str(self.root)) <= SOCKET_ROOT_MAX:
+            return self.root
+        if self._short_sockets is None:
+            self._short_sockets = Path(tempfile.mkdtemp(prefix="sx-"))
+            for sub in ("munge", "spool"):
+                link = self.root / sub
+                if link.is_symlink():
+                    link.unlink()
+                link.symlink_to(self._short_sockets / sub, target_is_directory=True)
+        return self._short_sockets
+
     def cleanup(self) -> None:
         self.stop()
+        if self._short_sockets is not None:
+            shutil.rmtree(self._short_sockets, ignore_errors=True)
         if self._owns_root and self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
 
