@@ -12,6 +12,7 @@ transaction grows it only while it holds it; readers (the CLI) read in short sna
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -172,6 +173,22 @@ class DecisionRecord:
     decided_at: float
 
 
+STORE_MODE = 0o640  # owner and group: SQLite gives its -wal and -shm files the same mode
+
+
+def _create_private(path: Path) -> None:
+    """Create a new store readable by its owner and group only, before SQLite opens it.
+
+    Any user who can read the store can hold a read transaction open, and while one is
+    held SQLite cannot reset the WAL, which then grows with every pass. An existing store
+    keeps the mode its admin gave it."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, STORE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
 class Store:
     """SQLite-backed state. `readonly=True` opens without writing (for the CLI)."""
 
@@ -184,6 +201,7 @@ class Store:
                 self.db = _open_readonly(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(self.path)
                 self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")

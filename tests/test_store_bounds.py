@@ -199,3 +199,39 @@ def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
                              capture_output=True, text=True, timeout=30)  # fmt: skip
     assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
     assert f"127.0.0.1:{port}" in res.stderr and "holds the port" in res.stderr
+
+
+def test_a_new_store_is_unreadable_to_other_users():
+    """Item 8's unprivileged reader: a store the service creates is 0640 (its WAL and shm
+    too), so a user outside its group cannot open it, let alone pin its WAL."""
+    py, runuser = shutil.which("python3", path="/usr/bin"), shutil.which("runuser")
+    if py is None or runuser is None:
+        pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
+    root = Path(tempfile.mkdtemp(prefix="slurm-ext-mode-"))  # pytest's tmp dirs are 0700
+    try:
+        root.chmod(0o755)
+        db = root / "service.db"
+        store = Store(db)
+        store.save_jobs([], [(1, 10.0, 10.0, 100.0)])  # the WAL exists now
+        modes = {p.name: p.stat().st_mode & 0o777 for p in root.iterdir()}
+        assert modes["service.db"] == 0o640, modes
+        assert modes.get("service.db-wal", 0o640) == 0o640, modes
+        probe = (
+            "import sqlite3, sys\n"
+            "try:\n"
+            f"    sqlite3.connect('file:{db}?mode=ro', uri=True).execute('BEGIN').execute("
+            "'SELECT count(*) FROM completions').fetchall()\n"
+            "except sqlite3.Error as e:\n"
+            "    print('refused:', e); sys.exit(3)\n"
+        )
+        res = subprocess.run(
+            [runuser, "-u", "nobody", "--", py, "-c", probe],
+            env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 3, (res.stdout, res.stderr)
+        store.close()
+        db.chmod(0o644)  # an admin's own choice is kept when the service opens it again
+        Store(db).close()
+        assert db.stat().st_mode & 0o777 == 0o644
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
