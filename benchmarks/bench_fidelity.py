@@ -35,7 +35,7 @@ from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.cli import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
-from slurm_ext.replay.service import service_interval_s
+from slurm_ext.replay.service import service_interval_s, with_checkpoints
 from slurm_ext.replay.slurmconf import backfill_settings
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
@@ -178,7 +178,9 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
                 args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
             )  # fmt: skip
             live[mode] = row["avg_jct_s"]
-            policy = replace(PolicyConfig(), policy=SIM_POLICY[mode])
+            policy = with_checkpoints(
+                replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
+            )
             sim_trace, cluster = sim_inputs(trace, args, mode, speedup)
             out, _ = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]

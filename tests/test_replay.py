@@ -125,6 +125,15 @@ def test_service_config_is_scaled_and_loads(tmp_path: Path) -> None:
     assert cfg.policy == scaled_policy(base, 100.0)
     assert cfg.policy.min_run_s == base.min_run_s / 100.0
     assert cfg.policy.queue_thresholds_gpu_s[0] == base.queue_thresholds_gpu_s[0] / 100.0
+    # every time the requeue cost rule reads is in wall seconds too, and the rule is told
+    # how often the replay's jobs checkpoint (unscaled, it assumed 900 wall s: at speedup
+    # 1,500 that is 15 days of trace time lost per requeue, and it almost never requeued)
+    assert cfg.policy.preemption_restart_s == base.preemption_restart_s / 100.0
+    assert cfg.policy.preemption_checkpoint_s == base.preemption_checkpoint_s / 100.0
+    path = write_config(
+        tmp_path / "c.toml", "/x/slurm.conf", "gpu", 100.0, True, checkpoint_interval_s=1800.0
+    )
+    assert load_config(ServiceConfig, path).policy.preemption_checkpoint_s == 18.0
 
 
 def test_replay_conf_scales_slurm_cycles() -> None:

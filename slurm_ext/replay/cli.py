@@ -90,6 +90,7 @@ def replay_mode(
                 speedup,
                 preemption=mode == "service-requeue",
                 policy=policy,
+                checkpoint_interval_s=checkpoint_interval,
             )
             proc = service.start(cfg, workdir / "service.log")
             _say(f"{label}service started (pid {proc.pid}, log {workdir}/service.log)")

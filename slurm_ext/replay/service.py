@@ -27,6 +27,14 @@ def service_interval_s(speedup: float) -> float:
     return max(MIN_INTERVAL_S, SITE_INTERVAL_S / speedup)
 
 
+def with_checkpoints(policy: PolicyConfig, checkpoint_interval_s: float) -> PolicyConfig:
+    """The policy told how often the replay's jobs checkpoint (trace seconds), so that its
+    requeue cost rule weighs the work a requeue really loses; unchanged when they never do."""
+    if checkpoint_interval_s <= 0:
+        return policy
+    return dataclasses.replace(policy, preemption_checkpoint_s=checkpoint_interval_s)
+
+
 def scaled_policy(policy: PolicyConfig, speedup: float) -> PolicyConfig:
     """The policy with its trace-time settings expressed in wall seconds."""
     return dataclasses.replace(
@@ -34,6 +42,8 @@ def scaled_policy(policy: PolicyConfig, speedup: float) -> PolicyConfig:
         queue_thresholds_gpu_s=[t / speedup for t in policy.queue_thresholds_gpu_s],
         min_run_s=policy.min_run_s / speedup,
         gittins_grid_start_gpu_s=policy.gittins_grid_start_gpu_s / speedup,
+        preemption_checkpoint_s=policy.preemption_checkpoint_s / speedup,
+        preemption_restart_s=policy.preemption_restart_s / speedup,
     )
 
 
@@ -44,6 +54,7 @@ def write_config(
     speedup: float,
     preemption: bool,
     policy: PolicyConfig | None = None,
+    checkpoint_interval_s: float = 0.0,
 ) -> Path:
     """service.toml for a replay (store beside it, no listener, this partition only)."""
     data = {
@@ -54,7 +65,11 @@ def write_config(
         "preemption": "requeue" if preemption else "off",
         "history_source": "store",
         "slurm": {"backend": "cli", "slurm_conf": slurm_conf, "timeout_s": 10.0},
-        "policy": dataclasses.asdict(scaled_policy(policy or PolicyConfig(), speedup)),
+        "policy": dataclasses.asdict(
+            scaled_policy(
+                with_checkpoints(policy or PolicyConfig(), checkpoint_interval_s), speedup
+            )
+        ),
     }
     path.write_text(toml.dumps(data))
     return path
