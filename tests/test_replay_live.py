@@ -21,7 +21,9 @@ from slurm_ext.testing.cluster import LocalCluster
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
 pytestmark = pytest.mark.slurm
 SPEEDUP = 60.0  # a trace minute per wall second
-POLICY = PolicyConfig(queue_thresholds_gpu_s=[1200.0], min_run_s=1200.0)
+# the requeue cost rule off: this checks the replay's mechanics (a requeue, a resume from
+# the checkpoint), and the rule would let job 0 finish rather than lose its work
+POLICY = PolicyConfig(queue_thresholds_gpu_s=[1200.0], min_run_s=1200.0, preemption_cost=False)
 
 
 def _trace() -> list[TraceJob]:
