@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.cgroups import read_mounts
+from nodeagent.testing import SlurmLikeCgroups
 from slurm_ext.slurm import CliSlurmClient, SlurmClient
 from slurm_ext.testing.cluster import LocalCluster, slurm2511_prefix
 
@@ -121,3 +123,19 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.2, what: str 
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def cg() -> Iterator[SlurmLikeCgroups]:
+    """A Slurm-like job cgroup tree with a freezer (v1 if mounted, else v2) for the agent's
+    pause tests; skips on a kernel with neither. (test_cgroups.py has its own, per version.)"""
+    mounts = read_mounts()
+    if "freezer" not in mounts.v1 and mounts.v2 is None:
+        pytest.skip("no cgroup freezer of either version on this kernel")
+    c = (
+        SlurmLikeCgroups(1, mounts.v1["freezer"])
+        if "freezer" in mounts.v1
+        else SlurmLikeCgroups(2, mounts.v2)
+    )
+    yield c
+    c.close()

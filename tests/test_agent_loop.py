@@ -11,16 +11,14 @@ from prometheus_client import generate_latest
 from test_agent_report import SECRET, _Service
 
 from nodeagent.agent import Agent
-from nodeagent.cgroups import read_mounts
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.exporter import make_registry
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.report import ReportSender
-from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during
+from nodeagent.testing import BUSY, cpu_used_during
 
 GIB = 2**30
-MOUNTS = read_mounts()
 
 
 class Clock:
@@ -29,19 +27,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture
-def cg():
-    if "freezer" not in MOUNTS.v1 and MOUNTS.v2 is None:
-        pytest.skip("no cgroup freezer of either version on this kernel")
-    c = (
-        SlurmLikeCgroups(1, MOUNTS.v1["freezer"])
-        if "freezer" in MOUNTS.v1
-        else SlurmLikeCgroups(2, MOUNTS.v2)
-    )
-    yield c
-    c.close()
 
 
 def make_agent(tmp_path, clock, sim, rapl_dir=None, sender=None) -> Agent:

@@ -10,11 +10,11 @@ import time
 
 import pytest
 from hungfs import HungFs
-from test_agent_loop import MOUNTS, Clock, make_agent
+from test_agent_loop import Clock, make_agent
 
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.progress import PROGRESS_ENV, ProgressReader
-from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during
+from nodeagent.testing import BUSY, cpu_used_during
 
 
 def runs(pid: int) -> bool:
@@ -37,19 +37,6 @@ def hung(tmp_path):
         pytest.skip(f"cannot mount FUSE here: {exc}")
     yield fs
     fs.close()
-
-
-@pytest.fixture
-def cg():
-    if "freezer" not in MOUNTS.v1 and MOUNTS.v2 is None:
-        pytest.skip("no cgroup freezer of either version on this kernel")
-    c = (
-        SlurmLikeCgroups(1, MOUNTS.v1["freezer"])
-        if "freezer" in MOUNTS.v1
-        else SlurmLikeCgroups(2, MOUNTS.v2)
-    )
-    yield c
-    c.close()
 
 
 def test_a_read_that_never_returns_is_abandoned_and_not_repeated(hung, cg):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from test_agent_loop import MOUNTS, Clock, _paused_agent, make_agent
+from test_agent_loop import Clock, _paused_agent, make_agent
 
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during
@@ -27,19 +27,6 @@ def runs(pid: int) -> bool:
 
 
 GIB = 2**30
-
-
-@pytest.fixture
-def cg():
-    if "freezer" not in MOUNTS.v1 and MOUNTS.v2 is None:
-        pytest.skip("no cgroup freezer of either version on this kernel")
-    c = (
-        SlurmLikeCgroups(1, MOUNTS.v1["freezer"])
-        if "freezer" in MOUNTS.v1
-        else SlurmLikeCgroups(2, MOUNTS.v2)
-    )
-    yield c
-    c.close()
 
 
 def frozen(c: SlurmLikeCgroups, job: int) -> bool:
