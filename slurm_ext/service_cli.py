@@ -30,6 +30,16 @@ from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.store import Store, StoreError
 from slurm_ext.store_lock import StoreLocked, lock_store
+from slurm_ext.userview import (
+    ViewError,
+    ViewNotFound,
+    explain_info,
+    fetch_json,
+    format_explain,
+    format_queue,
+    queue_row,
+    sort_rows,
+)
 
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
 EXIT_CONFIG = 2
@@ -100,6 +110,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     from nodeagent.report import SecretFileError, read_secret
     from slurm_ext.metrics import ServiceMetrics, serve_http
     from slurm_ext.report_listener import SlurmJobNodes
+    from slurm_ext.userview_http import UserView
 
     cfg = load_service_config(config_path)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
@@ -129,6 +140,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             )
             sys.exit(2)
     server = None
+    view = UserView(cfg.store, cfg.user_view)
     if cfg.port and not once:
         try:
             server = serve_http(
@@ -139,6 +151,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 lambda r: _save_reports(cfg.store, r),
                 # its own client: the HTTP workers must not share the pass's (pyslurm)
                 job_nodes=SlurmJobNodes(_client(cfg)),
+                view=view,
             )
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
@@ -149,7 +162,12 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 err=True,
             )
             sys.exit(EXIT_ALREADY_RUNNING)
-        log.info("metrics and reports on http://%s:%d", cfg.listen, server.server_address[1])
+        log.info(
+            "metrics, reports and the user view (%s) on http://%s:%d",
+            cfg.user_view,
+            cfg.listen,
+            server.server_address[1],
+        )
     service = Service(cfg, _client(cfg), store, dry_run=dry_run, metrics=metrics)
     log.info(
         "service: policy=%s mode=%s interval=%.0fs store=%s%s",
@@ -164,6 +182,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     finally:
         if server is not None:
             server.shutdown()
+        view.close()
         store.close()
         lock.close()
     sys.exit(rc)
@@ -178,19 +197,45 @@ def _save_reports(path: str, reports) -> int:
         store.close()
 
 
-def _fmt_gpu_s(v: float) -> str:
-    return f"{v / 3600:.1f}h" if v >= 3600 else f"{v:.0f}s"
+server_option = click.option(
+    "--server",
+    metavar="URL",
+    default=None,
+    help="Ask the service's read-only view at URL (http://HOST:PORT) instead of reading "
+    "its store and Slurm here: for login nodes.",
+)
+
+
+def _from_server(server: str, path: str) -> dict:
+    try:
+        return fetch_json(server, path)
+    except ViewError as exc:
+        click.echo(f"slurm-ext: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.command()
 @config_option
 @json_option
+@server_option
 @click.option(
     "--all", "show_all", is_flag=True, help="Include jobs outside the managed partitions."
 )
-def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
+def queue(config_path: str | None, as_json: bool, server: str | None, show_all: bool) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
-    cfg = load_service_config(config_path)
+    if server:
+        doc = _from_server(server, "/v1/queue")
+        rows, last = doc.get("jobs", []), doc.get("last_pass")
+    else:
+        rows, last = _local_queue(load_service_config(config_path), show_all)
+    if as_json:
+        click.echo(json.dumps({"jobs": rows, "last_pass": last}, indent=1))
+        return
+    for line in format_queue(rows, last, time.time()):
+        click.echo(line)
+
+
+def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict | None]:
     store = _store(cfg, readonly=True)
     with store.snapshot():
         decisions, records, last = store.decisions(), store.jobs(), store.last_pass()
@@ -201,58 +246,51 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
         click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     now = time.time()
-    rows = []
-    for j in jobs:
-        managed = not cfg.partitions or j.partition in cfg.partitions
-        if not managed and not show_all:
-            continue
-        d, r = decisions.get(j.job_id), records.get(j.job_id)
-        rows.append(
-            {
-                "job_id": j.job_id,
-                "user": j.user,
-                "state": j.state.value,
-                "gpus": j.gpus,
-                "rank": d.rank if d else None,
-                "queue": d.queue if d else None,
-                "gittins": d.gittins if d else None,
-                "attained_gpu_s": round(r.attained_gpu_s(now), 1) if r else 0.0,
-                "value_set": d.value if d else None,
-                "mode": cfg.mode,
-                "slurm_priority": j.priority,
-                "reason": j.reason,
-                "promoted": bool(d and d.promoted),
-            }
+    rows = [
+        queue_row(
+            decisions.get(j.job_id),
+            records.get(j.job_id),
+            now,
+            job_id=j.job_id,
+            user=j.user,
+            state=j.state.value,
+            gpus=j.gpus,
+            mode=cfg.mode,
+            slurm_priority=j.priority,
+            reason=j.reason,
         )
-    rows.sort(
-        key=lambda x: (x["rank"] is None, x["rank"] if x["rank"] is not None else x["job_id"])
-    )
-    if as_json:
-        click.echo(json.dumps({"jobs": rows, "last_pass": last}, indent=1))
-        return
-    click.echo(
-        f"{'RANK':>4} {'JOBID':>8} {'USER':<10} {'ST':<4} {'GPUS':>4} {'Q':>2} {'GITTINS':>9} {'ATTAINED':>9} {'SET':>9} {'SLURM_PRIO':>10} REASON"
-    )
-    for x in rows:
-        click.echo(
-            f"{'' if x['rank'] is None else x['rank']:>4} {x['job_id']:>8} {x['user'][:10]:<10} {x['state'][:4]:<4} {x['gpus']:>4} "
-            f"{'' if x['queue'] is None else x['queue']:>2} {'' if x['gittins'] is None else format(x['gittins'], '.3g'):>9} "
-            f"{_fmt_gpu_s(x['attained_gpu_s']):>9} {'' if x['value_set'] is None else x['value_set']:>9} {x['slurm_priority']:>10} "
-            f"{x['reason']}{' (promoted)' if x['promoted'] else ''}"
-        )
-    if last:
-        click.echo(
-            f"last pass {time.time() - last['started_at']:.0f}s ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
-        )
+        for j in jobs
+        if show_all or not cfg.partitions or j.partition in cfg.partitions
+    ]
+    return sort_rows(rows), last
 
 
 @click.command()
 @config_option
 @json_option
+@server_option
 @click.argument("job_id", type=int)
-def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
+def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
-    cfg = load_service_config(config_path)
+    if server:
+        try:
+            info = fetch_json(server, f"/v1/jobs/{job_id}")
+        except ViewNotFound:
+            click.echo(f"slurm-ext: job {job_id} is unknown to the service at {server}", err=True)
+            sys.exit(1)
+        except ViewError as exc:
+            click.echo(f"slurm-ext: {exc}", err=True)
+            sys.exit(1)
+    else:
+        info = _local_explain(load_service_config(config_path), job_id)
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    for line in format_explain(info):
+        click.echo(line)
+
+
+def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
     store = _store(cfg, readonly=True)
     with store.snapshot():
         d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
@@ -265,52 +303,19 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
     if job is None and d is None and rec is None:
         click.echo(f"slurm-ext: job {job_id} is unknown to Slurm and to the service", err=True)
         sys.exit(1)
-    now = time.time()
-    info = {
-        "job_id": job_id,
-        "slurm_state": job.state.value if job else "GONE",
-        "slurm_reason": job.reason if job else "",
-        "slurm_priority": job.priority if job else None,
-        "managed": bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
-        "pinned": pinned,
-        "held": bool(job and job.held),
-        "rank": d.rank if d else None,
-        "queue": d.queue if d else None,
-        "gittins": d.gittins if d else None,
-        "promoted": bool(d and d.promoted),
-        "policy_reason": d.reason if d else "not ranked yet (no pass since it appeared)",
-        "value_set": d.value if d else None,
-        "mode": cfg.mode,
-        "placement": list(d.placement) if d and d.placement else None,
-        "attained_gpu_s": rec.attained_gpu_s(now) if rec else 0.0,
-        "last_run_s": rec.last_run_s if rec else 0.0,
-        "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
-    }
-    if as_json:
-        click.echo(json.dumps(info, indent=1))
-        return
-    click.echo(
-        f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {info['slurm_priority']})"
+    return explain_info(
+        job_id,
+        d,
+        rec,
+        pinned,
+        time.time(),
+        slurm_state=job.state.value if job else "GONE",
+        slurm_reason=job.reason if job else "",
+        slurm_priority=job.priority if job else None,
+        managed=bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
+        held=bool(job and job.held),
+        mode=cfg.mode,
     )
-    if not info["managed"]:
-        click.echo("  not managed: its partition is outside the service's partitions")
-    if info["pinned"]:
-        click.echo("  pinned by an admin: the service never changes it")
-    if info["held"]:
-        click.echo("  held: the service does not touch held jobs")
-    click.echo(f"  rank {info['rank']} in queue {info['queue']}: {info['policy_reason']}")
-    click.echo(
-        f"  attained service {_fmt_gpu_s(info['attained_gpu_s'])} GPU-time; "
-        + (
-            f"running for {info['current_run_s']:.0f}s"
-            if info["current_run_s"] is not None
-            else f"last run stint {info['last_run_s']:.0f}s"
-        )
-    )
-    if info["value_set"] is not None:
-        click.echo(f"  {cfg.mode.replace('_', ' ')} set to {info['value_set']}")
-    if info["placement"]:
-        click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
 
 
 @click.command()

@@ -1,0 +1,175 @@
+"""The read-only user view on the service's listener: `GET /`, `/v1/queue`, `/v1/jobs/ID`.
+
+Served from the store, never from Slurm, and built so that no request rate can slow the
+service's pass:
+- one read of the store per `refresh_s` at most, however many requests arrive: the
+  answer is built once (JSON and HTML bytes) and every request until the next refresh
+  gets the same bytes; concurrent requests for a stale view wait for one rebuild;
+- the rebuild runs on its own thread (not the report workers) with its own read-only
+  SQLite connection, in one short read transaction: in WAL mode a reader never blocks
+  the writer, and the pass's WAL checkpoint does not wait for readers (Store.checkpoint);
+- a failed read is not retried before `refresh_s` has passed (the last good view is
+  served meanwhile, its `as_of` saying how old it is);
+- everything else a client can cost is bounded by the listener (ReportListener):
+  connections, header size and time, the time to take the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_ext.report_listener import Outcome
+from slurm_ext.store import Store, StoreError
+from slurm_ext.userview import explain_info, free_gpus, node_rows, queue_row, sort_rows
+from slurm_ext.userview_page import render_page
+
+log = logging.getLogger("slurm_ext.service")
+
+JSON = "application/json"
+HTML = "text/html; charset=utf-8"
+# the page needs nothing from anywhere: no script, no image, no font, no frame
+PAGE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Cache-Control", "no-store"),
+)
+JSON_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"))
+JOBS_PREFIX = "/v1/jobs/"
+
+
+@dataclass(frozen=True)
+class Built:
+    """One read of the store, rendered."""
+
+    at: float  # monotonic time of the read
+    as_of: float  # wall time of the read
+    queue: bytes  # /v1/queue
+    page: bytes  # /
+    jobs: dict[int, dict]  # /v1/jobs/ID, rendered per request (small)
+
+
+class UserView:
+    """Answers the view's paths for ReportListener; `answer` runs on its event loop."""
+
+    def __init__(
+        self,
+        store_path: str | Path,
+        privacy: str = "full",
+        refresh_s: float = 5.0,
+        max_page_rows: int = 500,
+        wall=time.time,
+    ) -> None:
+        self.store_path = store_path
+        self.privacy = privacy
+        self.refresh_s = refresh_s
+        self.max_page_rows = max_page_rows
+        self.wall = wall
+        self.reads = 0  # store reads so far (the tests count them)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-ext-view")
+        self._built: Built | None = None
+        self._building: asyncio.Task | None = None
+        self._failed_at = float("-inf")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def answer(self, method: str, path: str) -> Outcome | None:
+        """The answer for a view path, or None when `path` is not one of the view's."""
+        if path not in ("/", "/v1/queue") and not path.startswith(JOBS_PREFIX):
+            return None
+        if self.privacy == "off":
+            return Outcome(404, b"the user view is off on this service (user_view)\n")
+        if method != "GET":
+            return Outcome(
+                405, b"the user view is read-only: GET only\n", headers=(("Allow", "GET"),)
+            )
+        job_id = None
+        if path.startswith(JOBS_PREFIX):
+            tail = path[len(JOBS_PREFIX) :]
+            if not (tail.isascii() and tail.isdigit() and len(tail) <= 12):
+                return Outcome(400, b"a job id is a number: /v1/jobs/ID\n")
+            job_id = int(tail)
+        built = await self._current()
+        if built is None:
+            return Outcome(503, b"the store cannot be read now, retry later\n")
+        if path == "/":
+            return Outcome(200, built.page, HTML, PAGE_HEADERS)
+        if path == "/v1/queue":
+            return Outcome(200, built.queue, JSON, JSON_HEADERS)
+        info = built.jobs.get(job_id)
+        if info is None:
+            return Outcome(
+                404,
+                f"job {job_id} is not in the service's store: finished, never seen, or "
+                "submitted after the last pass\n".encode(),
+            )
+        body = json.dumps(info | {"as_of": built.as_of}, indent=1).encode()
+        return Outcome(200, body, JSON, JSON_HEADERS)
+
+    async def _current(self) -> Built | None:
+        """The cached view, rebuilt once when older than refresh_s (single flight)."""
+        built, now = self._built, time.monotonic()
+        fresh = built is not None and now - built.at < self.refresh_s
+        if fresh or now - self._failed_at < self.refresh_s:
+            return built
+        if self._building is None:
+            self._building = asyncio.ensure_future(self._rebuild())
+        return await asyncio.shield(self._building)
+
+    async def _rebuild(self) -> Built | None:
+        try:
+            self._built = await asyncio.get_running_loop().run_in_executor(self._pool, self.build)
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            self._failed_at = time.monotonic()
+            log.warning("user view: cannot read the store: %s", exc)
+        except Exception as exc:
+            self._failed_at = time.monotonic()
+            log.exception("user view: cannot build the view: %s", exc)
+        finally:
+            self._building = None
+        return self._built
+
+    def build(self) -> Built:
+        """Read the store once (one short snapshot) and render every answer."""
+        store = Store(self.store_path, readonly=True)
+        try:
+            with store.snapshot():
+                decisions, records = store.decisions(), store.jobs()
+                pins, nodes, last = store.pins(), store.nodes(), store.last_pass()
+        finally:
+            store.close()
+        self.reads += 1
+        now, at = self.wall(), time.monotonic()
+        rows = sort_rows([queue_row(d, records.get(j), now) for j, d in decisions.items()])
+        infos = {
+            j: explain_info(j, decisions.get(j), rec, j in pins, now) for j, rec in records.items()
+        }
+        for j, d in decisions.items():  # ranked but without a record: cannot happen, be safe
+            infos.setdefault(j, explain_info(j, d, None, j in pins, now))
+        if self.privacy == "anonymous":
+            rows = [r | {"user": ""} for r in rows]
+            infos = {j: i | {"user": ""} for j, i in infos.items()}
+        free = free_gpus(nodes, (r["gpus"] for r in rows if r["state"] == "PENDING"))
+        nodes_out = node_rows(nodes)
+        doc = {
+            "as_of": now,
+            "privacy": self.privacy,
+            "last_pass": last,
+            "free_gpus": {
+                "free": free.free,
+                "widest_waiting": free.widest_waiting,
+                "stranded": free.stranded,
+                "fragmentation": round(free.fragmentation, 3),
+            },
+            "nodes": nodes_out,
+            "jobs": rows,
+        }
+        page = render_page(rows, nodes_out, free, last, now, self.max_page_rows, self.privacy)
+        return Built(at, now, json.dumps(doc).encode(), page, infos)
