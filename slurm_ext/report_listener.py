@@ -247,7 +247,9 @@ class ReportListener:
                     writer.write(body[at : at + self.limits.small_body])
                     await writer.drain()
                 await writer.drain()
-        except (TimeoutError, ConnectionError):
+        except TimeoutError:  # drop what is still buffered: close() would wait to send it
+            writer.transport.abort()
+        except ConnectionError:
             pass
         writer.close()
 

@@ -71,7 +71,7 @@ class UserView:
         self.refresh_s = refresh_s
         self.max_page_rows = max_page_rows
         self.wall = wall
-        self.reads = 0  # store reads so far (the tests count them)
+        self.reads = self.attempts = 0  # store reads done and tried (the tests count them)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-ext-view")
         self._built: Built | None = None
         self._building: asyncio.Task | None = None
@@ -138,6 +138,7 @@ class UserView:
 
     def build(self) -> Built:
         """Read the store once (one short snapshot) and render every answer."""
+        self.attempts += 1
         store = Store(self.store_path, readonly=True)
         try:
             with store.snapshot():
