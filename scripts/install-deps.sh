@@ -6,7 +6,8 @@
 # built against it (scripts/install-slurm2511.sh; WITH_SLURM2511=0 skips it). Idempotent: skips apt and the builds when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3 slurmdbd mariadb-server"
+# chromium: the user view's page is tested in headless Chromium (tests/test_userview_live.py)
+PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3 slurmdbd mariadb-server chromium"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -38,10 +38,8 @@ def _card(title: str, value: str, note: str = "") -> str:
 
 
 def _reasons(r: dict) -> str:
-    """Slurm's reason, then the service's: its queue, index and where the index came from."""
-    why = [escape(r["policy_reason"])] if r["policy_reason"] else []
-    if r["group"]:
-        why.append(f"index from {escape(r['group'])} ({r['group_samples']} completed jobs)")
+    """Slurm's reason, then the service's: its queue, its index and the index's group."""
+    why = [escape(r["policy_reason"])] if r["policy_reason"] else []  # names the group
     if r["value_set"] is not None:
         mode = escape((r["mode"] or "value").replace("_", " "))
         why.append(f"{mode} set to {r['value_set']}")
@@ -51,7 +49,8 @@ def _reasons(r: dict) -> str:
 def _job_row(r: dict) -> str:
     state = escape(r["state"])
     promoted = ' <span class="promoted">promoted</span>' if r["promoted"] else ""
-    gittins = "-" if r["gittins"] is None else f"{r['gittins']:.3g}"
+    # no history group: the order is 2D-LAS (or another policy's), not a Gittins index
+    gittins = "-" if r["gittins"] is None or not r["group"] else f"{r['gittins']:.3g}"
     return (
         f'<tr id="job-{r["job_id"]}" class="{state}">'
         f'<td class="n">{"-" if r["rank"] is None else r["rank"]}</td>'
