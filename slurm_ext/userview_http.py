@@ -2,9 +2,10 @@
 
 Served from the store, never from Slurm, and built so that no request rate can slow the
 service's pass:
-- one read of the store per `refresh_s` at most, however many requests arrive: the
-  answer is built once (JSON and HTML bytes) and every request until the next refresh
-  gets the same bytes; concurrent requests for a stale view wait for one rebuild;
+- one look at the store per `refresh_s` at most, however many requests arrive, and one
+  full read and rendering (JSON and HTML bytes) per service pass at most: every request
+  until then gets the same bytes; concurrent requests for a stale view wait for one
+  rebuild;
 - the rebuild runs on its own thread (not the report workers) with its own read-only
   SQLite connection, in one short read transaction: in WAL mode a reader never blocks
   the writer, and the pass's WAL checkpoint does not wait for readers (Store.checkpoint);
@@ -22,7 +23,7 @@ import logging
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurm_ext.report_listener import Outcome
@@ -53,6 +54,7 @@ class Built:
     queue: bytes  # /v1/queue
     page: bytes  # /
     jobs: dict[int, dict]  # /v1/jobs/ID, rendered per request (small)
+    pass_id: int | None = None  # the last pass the read saw
 
 
 class UserView:
@@ -125,7 +127,9 @@ class UserView:
 
     async def _rebuild(self) -> Built | None:
         try:
-            self._built = await asyncio.get_running_loop().run_in_executor(self._pool, self.build)
+            self._built = await asyncio.get_running_loop().run_in_executor(
+                self._pool, self.build, self._built
+            )
         except (StoreError, sqlite3.Error, OSError) as exc:
             self._failed_at = time.monotonic()
             log.warning("user view: cannot read the store: %s", exc)
@@ -136,14 +140,20 @@ class UserView:
             self._building = None
         return self._built
 
-    def build(self) -> Built:
-        """Read the store once (one short snapshot) and render every answer."""
+    def build(self, previous: Built | None = None) -> Built:
+        """Read the store once (one short snapshot) and render every answer; when no pass
+        has run since `previous` was read, keep its answers (only the last pass changes
+        what the store says) and read nothing else."""
         self.attempts += 1
         store = Store(self.store_path, readonly=True)
         try:
             with store.snapshot():
+                last = store.last_pass()
+                pass_id = last["id"] if last else None
+                if previous is not None and pass_id == previous.pass_id:
+                    return replace(previous, at=time.monotonic())
                 decisions, records = store.decisions(), store.jobs()
-                pins, nodes, last = store.pins(), store.nodes(), store.last_pass()
+                pins, nodes = store.pins(), store.nodes()
         finally:
             store.close()
         self.reads += 1
@@ -173,4 +183,4 @@ class UserView:
             "jobs": rows,
         }
         page = render_page(rows, nodes_out, free, last, now, self.max_page_rows, self.privacy)
-        return Built(at, now, json.dumps(doc).encode(), page, infos)
+        return Built(at, now, json.dumps(doc).encode(), page, infos, pass_id)

@@ -57,6 +57,7 @@ def served(tmp_path, request):
     server = serve_http(
         "127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, limits=limits, view=view
     )
+    server.svc = svc  # the service whose passes write the store
     yield f"http://127.0.0.1:{server.server_port}", view, server
     server.shutdown()
     view.close()
@@ -166,8 +167,10 @@ def test_view_off_answers_404_and_reads_nothing(served):
     assert view.reads == 0
 
 
-def test_a_request_storm_reads_the_store_once_per_refresh(served):
-    base, view, _ = served
+def test_a_request_storm_reads_the_store_once_per_refresh_and_pass(served):
+    import json
+
+    base, view, server = served
     codes: list[int] = []
     threads = [
         threading.Thread(target=lambda: codes.append(get(base, "/v1/queue")[0])) for _ in range(40)
@@ -177,9 +180,16 @@ def test_a_request_storm_reads_the_store_once_per_refresh(served):
     for t in threads:
         t.join(30)
     assert codes == [200] * 40 and view.reads == 1
+    assert view.attempts == 1
     view._built = replace(view._built, at=view._built.at - view.refresh_s)  # refresh due
     assert get(base, "/")[0] == 200 and get(base, "/v1/queue")[0] == 200
-    assert view.reads == 2
+    assert (view.attempts, view.reads) == (2, 1)  # looked: no pass since, nothing read
+    jobs, nodes = snapshot()
+    server.svc.client.jobs_snapshot = jobs[:2]  # job 3 left the queue
+    server.svc.run_pass()
+    view._built = replace(view._built, at=view._built.at - view.refresh_s)
+    rows = json.loads(get(base, "/v1/queue")[2])["jobs"]
+    assert [r["job_id"] for r in rows] == [1, 2] and (view.attempts, view.reads) == (3, 2)
 
 
 def test_an_unreadable_store_answers_503_and_is_not_retried_per_request(tmp_path):
