@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurm_ext.report_listener import Outcome
-from slurm_ext.store import Store, StoreError
+from slurm_ext.store import DecisionRecord, JobRecord, Store, StoreError
 from slurm_ext.userview import explain_info, free_gpus, node_rows, queue_row, sort_rows
 from slurm_ext.userview_page import render_page
 
@@ -53,8 +53,17 @@ class Built:
     as_of: float  # wall time of the read
     queue: bytes  # /v1/queue
     page: bytes  # /
-    jobs: dict[int, dict]  # /v1/jobs/ID, rendered per request (small)
+    records: dict[int, JobRecord]  # /v1/jobs/ID is rendered per request from these
+    decisions: dict[int, DecisionRecord]
+    pins: frozenset[int]
     pass_id: int | None = None  # the last pass the read saw
+
+    def info(self, job_id: int, anonymous: bool) -> dict | None:
+        d, rec = self.decisions.get(job_id), self.records.get(job_id)
+        if d is None and rec is None:
+            return None
+        info = explain_info(job_id, d, rec, job_id in self.pins, self.as_of)
+        return info | {"user": ""} if anonymous else info
 
 
 class UserView:
@@ -105,7 +114,7 @@ class UserView:
             return Outcome(200, built.page, HTML, PAGE_HEADERS)
         if path == "/v1/queue":
             return Outcome(200, built.queue, JSON, JSON_HEADERS)
-        info = built.jobs.get(job_id)
+        info = built.info(job_id, self.privacy == "anonymous")
         if info is None:
             return Outcome(
                 404,
@@ -159,14 +168,8 @@ class UserView:
         self.reads += 1
         now, at = self.wall(), time.monotonic()
         rows = sort_rows([queue_row(d, records.get(j), now) for j, d in decisions.items()])
-        infos = {
-            j: explain_info(j, decisions.get(j), rec, j in pins, now) for j, rec in records.items()
-        }
-        for j, d in decisions.items():  # ranked but without a record: cannot happen, be safe
-            infos.setdefault(j, explain_info(j, d, None, j in pins, now))
         if self.privacy == "anonymous":
             rows = [r | {"user": ""} for r in rows]
-            infos = {j: i | {"user": ""} for j, i in infos.items()}
         free = free_gpus(nodes, (r["gpus"] for r in rows if r["state"] == "PENDING"))
         nodes_out = node_rows(nodes)
         doc = {
@@ -183,4 +186,5 @@ class UserView:
             "jobs": rows,
         }
         page = render_page(rows, nodes_out, free, last, now, self.max_page_rows, self.privacy)
-        return Built(at, now, json.dumps(doc).encode(), page, infos, pass_id)
+        queue = json.dumps(doc).encode()
+        return Built(at, now, queue, page, records, decisions, frozenset(pins), pass_id)
