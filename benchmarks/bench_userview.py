@@ -1,13 +1,15 @@
 """The user view's cost, and whether a request storm slows the service's pass.
 
 (a) one rebuild of the view (store read + JSON + HTML) for a queue of N jobs;
-(b) `Service.run_pass` (replay client, real SQLite store) timed with no clients; with
-    `--clients` client processes fetching a path the view does not serve (404: what the
-    clients and the listener cost on this machine's CPUs); and with them fetching `/`,
-    `/v1/queue` and `/v1/jobs/ID` as fast as they can. Prints the medians, their ratios,
-    the answers served and the store reads the view made (at most one per refresh_s,
-    however many requests). The clients are separate processes, as real users are; on a
-    machine with few cores they compete with the pass for CPU either way.
+(b) `Service.run_pass` (replay client, real SQLite store) timed in rounds of three
+    conditions, interleaved so that other load on the machine hits each alike: no
+    clients; `--clients` client processes fetching a path the view does not serve (404:
+    what the clients and the listener cost on this machine's CPUs); and the same clients
+    fetching `/`, `/v1/queue` and `/v1/jobs/ID` in turn as fast as they can. Prints the
+    medians, their ratios, the answers served and the store reads the view made (a look
+    per refresh_s and a full read per pass at most, however many requests). The clients
+    are separate processes, as real users are; on a machine with few cores they compete
+    with the pass for CPU whatever they ask.
 
     .venv/bin/python benchmarks/bench_userview.py [--pending 5000] [--running 1000]
 """
@@ -32,37 +34,37 @@ from slurm_ext.store import Store  # noqa: E402
 from slurm_ext.testing.replay import ReplayClient  # noqa: E402
 from slurm_ext.userview_http import UserView  # noqa: E402
 
+IDLE, NOT_FOUND, VIEW, STOP = 0, 1, 2, 3
+CONDITIONS = {IDLE: "alone", NOT_FOUND: "404 storm", VIEW: "view storm"}
 
-def hammer(port: int, seconds: float, job_ids: list[int] | None, out) -> None:
-    """One client: GET the view's three kinds of answer in turn until `seconds` pass."""
-    paths = ["/", "/v1/queue"] + [f"/v1/jobs/{j}" for j in job_ids] if job_ids else ["/nope"]
-    n, i, end = 0, 0, time.monotonic() + seconds
-    while time.monotonic() < end:
+
+def client(port: int, mode, job_ids: list[int], served, limited) -> None:
+    """One client process: fetch what `mode` says until it says STOP."""
+    view = ["/", "/v1/queue"] + [f"/v1/jobs/{j}" for j in job_ids]
+    i = 0
+    while (m := mode.value) != STOP:
+        if m == IDLE:
+            time.sleep(0.005)
+            continue
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        conn.request("GET", paths[i % len(paths)])
+        conn.request("GET", view[i % len(view)] if m == VIEW else "/nope")
         resp = conn.getresponse()
         resp.read()
         conn.close()
-        n += resp.status in (200, 404)
+        if m == VIEW and resp.status in (200, 429):
+            count = served if resp.status == 200 else limited
+            with count.get_lock():
+                count.value += 1
         i += 1
-    out.put(n)
-
-
-def time_passes(svc: Service, passes: int, now: float) -> list[float]:
-    out = []
-    for k in range(passes):
-        t0 = time.perf_counter()
-        svc.run_pass(now=now + k)
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pending", type=int, default=5000)
     ap.add_argument("--running", type=int, default=1000)
-    ap.add_argument("--passes", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--rate", type=float, default=20.0, help="the view's answers/s cap")
     args = ap.parse_args()
     jobs, nodes, now = snapshot(args.pending, args.running)
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,7 +72,7 @@ def main() -> None:
         store = Store(cfg.store)
         svc = Service(cfg, ReplayClient(jobs, nodes), store)
         svc.run_pass(now=now)  # first pass: every record and decision written
-        view = UserView(cfg.store, refresh_s=5.0)
+        view = UserView(cfg.store, refresh_s=5.0, rate=args.rate, burst=int(2 * args.rate))
         builds = []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -79,40 +81,44 @@ def main() -> None:
         print(f"jobs {len(jobs)}: view rebuild (store read + JSON + HTML) median "
               f"{statistics.median(builds) * 1000:.0f} ms; /v1/queue {len(built.queue) / 1e6:.2f} MB,"
               f" page {len(built.page) / 1e6:.2f} MB")  # fmt: skip
-        alone = time_passes(svc, args.passes, now + 100)
         server = serve_http("127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, view=view)
         view.reads = 0
-        seconds = 2.0 + statistics.median(alone) * args.passes * 3
+        mode, served, limited = mp.Value("i", IDLE), mp.Value("i", 0), mp.Value("i", 0)
         ids = [j.job_id for j in jobs[:: max(1, len(jobs) // 50)]]
-        # the same storm on a path the view does not serve (404): what the clients and the
-        # listener cost on this machine's CPUs without the view
-        busy404, _ = storm(svc, server.server_port, args, seconds, None, now + 200)
-        busy, served = storm(svc, server.server_port, args, seconds, ids, now + 300)
+        procs = [
+            mp.Process(target=client, args=(server.server_port, mode, ids, served, limited))
+            for _ in range(args.clients)
+        ]
+        for p in procs:
+            p.start()
+        times: dict[int, list[float]] = {c: [] for c in CONDITIONS}
+        storm_s, t_start, k = 0.0, time.monotonic(), 0
+        for _ in range(args.rounds):
+            for cond in CONDITIONS:
+                mode.value = cond
+                time.sleep(0.5)  # the clients are at it
+                t0 = time.perf_counter()
+                svc.run_pass(now=now + 100 + k)
+                times[cond].append(time.perf_counter() - t0)
+                if cond == VIEW:
+                    storm_s += time.perf_counter() - t0 + 0.5
+                k += 1
+        mode.value = STOP
+        for p in procs:
+            p.join()
+        elapsed = time.monotonic() - t_start
         server.shutdown()
         view.close()
         store.close()
-    a, b, c = (statistics.median(x) for x in (alone, busy, busy404))
-    print(f"pass median: alone {a * 1000:.0f} ms; during a 404 storm {c * 1000:.0f} ms "
-          f"(ratio {c / a:.2f}); during a view storm {b * 1000:.0f} ms (ratio {b / a:.2f}, "
-          f"{b / c:.2f} of the 404 storm's); {args.passes} passes each")  # fmt: skip
-    print(f"view storm: {args.clients} client processes, {served} answers in {seconds:.1f} s "
-          f"({served / seconds:.0f}/s); store reads by the view: {view.reads}")  # fmt: skip
-
-
-def storm(svc, port, args, seconds, ids, at) -> tuple[list[float], int]:
-    """Pass times while `args.clients` processes fetch the view (`ids`: jobs to ask for;
-    None: a 404 path), and the answers they got."""
-    queue: mp.Queue = mp.Queue()
-    procs = [
-        mp.Process(target=hammer, args=(port, seconds, ids, queue)) for _ in range(args.clients)
-    ]
-    for p in procs:
-        p.start()
-    time.sleep(1.0)  # the clients are running
-    times = time_passes(svc, args.passes, at)
-    for p in procs:
-        p.join()
-    return times, sum(queue.get() for _ in procs)
+    a, c, b = (statistics.median(times[x]) for x in (IDLE, NOT_FOUND, VIEW))
+    print(f"pass median ({args.rounds} rounds, interleaved): alone {a * 1000:.0f} ms; "
+          f"404 storm {c * 1000:.0f} ms (x{c / a:.2f}); view storm {b * 1000:.0f} ms "
+          f"(x{b / a:.2f}; x{b / c:.2f} of the 404 storm)")  # fmt: skip
+    print(f"view storm: {args.clients} client processes, {served.value} answers, "
+          f"{limited.value} refused (429) in {storm_s:.1f} s of storm; over the whole "
+          f"{elapsed:.0f} s run {served.value / elapsed:.0f} answers/s (cap {args.rate:g}/s, "
+          f"burst {int(2 * args.rate)}); store reads by the view: {view.reads} "
+          f"({k} passes)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -355,6 +355,7 @@ _REASONS = {
     408: "Request Timeout",
     411: "Length Required",
     413: "Payload Too Large",
+    429: "Too Many Requests",
     503: "Service Unavailable",
 }
 

@@ -11,6 +11,9 @@ service's pass:
   the writer, and the pass's WAL checkpoint does not wait for readers (Store.checkpoint);
 - a failed read is not retried before `refresh_s` has passed (the last good view is
   served meanwhile, its `as_of` saying how old it is);
+- at most `rate` answers per second (a burst of `burst`) for all clients together;
+  beyond that a request gets 429 at once: sending the answers is CPU work in the
+  service's process, and this bounds it whatever the clients do;
 - everything else a client can cost is bounded by the listener (ReportListener):
   connections, header size and time, the time to take the answer.
 """
@@ -75,6 +78,8 @@ class UserView:
         privacy: str = "full",
         refresh_s: float = 5.0,
         max_page_rows: int = 500,
+        rate: float = 20.0,
+        burst: int = 40,
         wall=time.time,
     ) -> None:
         self.store_path = store_path
@@ -87,6 +92,8 @@ class UserView:
         self._built: Built | None = None
         self._building: asyncio.Task | None = None
         self._failed_at = float("-inf")
+        self.rate, self.burst = rate, burst
+        self._tokens, self._tokens_at = float(burst), time.monotonic()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -100,6 +107,12 @@ class UserView:
         if method != "GET":
             return Outcome(
                 405, b"the user view is read-only: GET only\n", headers=(("Allow", "GET"),)
+            )
+        if not self._take_token():
+            return Outcome(
+                429,
+                b"too many requests for the view, retry later\n",
+                headers=(("Retry-After", "1"),),
             )
         job_id = None
         if path.startswith(JOBS_PREFIX):
@@ -123,6 +136,16 @@ class UserView:
             )
         body = json.dumps(info | {"as_of": built.as_of}, indent=1).encode()
         return Outcome(200, body, JSON, JSON_HEADERS)
+
+    def _take_token(self) -> bool:
+        """The token bucket (called on the listener's one event-loop thread only)."""
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._tokens_at) * self.rate)
+        self._tokens_at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
     async def _current(self) -> Built | None:
         """The cached view, rebuilt once when older than refresh_s (single flight)."""

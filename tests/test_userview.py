@@ -52,7 +52,7 @@ def served(tmp_path, request):
     """(base URL, UserView, listener) over a store one pass wrote; param: privacy."""
     path = tmp_path / "service.db"
     svc = one_pass(path, *snapshot())
-    view = UserView(path, getattr(request, "param", "full"))
+    view = UserView(path, getattr(request, "param", "full"), rate=1000.0, burst=1000)
     limits = ListenerLimits(header_timeout_s=2.0, body_timeout_s=2.0, small_body=1024)
     server = serve_http(
         "127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, limits=limits, view=view
@@ -190,6 +190,30 @@ def test_a_request_storm_reads_the_store_once_per_refresh_and_pass(served):
     view._built = replace(view._built, at=view._built.at - view.refresh_s)
     rows = json.loads(get(base, "/v1/queue")[2])["jobs"]
     assert [r["job_id"] for r in rows] == [1, 2] and (view.attempts, view.reads) == (3, 2)
+
+
+def test_view_answers_are_rate_limited_for_all_clients_together(tmp_path):
+    path = tmp_path / "service.db"
+    svc = one_pass(path, *snapshot())
+    view = UserView(path, rate=2.0, burst=5)
+    server = serve_http("127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, view=view)
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        t0 = time.monotonic()
+        answers = [get(base, "/v1/jobs/1") for _ in range(20)]
+        elapsed = time.monotonic() - t0
+        codes = [a[0] for a in answers]
+        assert codes[:5] == [200] * 5 and 429 in codes
+        assert codes.count(200) <= 5 + 2.0 * elapsed + 1  # the burst, then the rate
+        refused = next(a for a in answers if a[0] == 429)
+        assert refused[1]["retry-after"] == "1" and b"retry later" in refused[2]
+        assert get(base, "/metrics")[0] == 200  # the rest of the listener is not limited
+        time.sleep(1.0)  # tokens come back
+        assert get(base, "/v1/queue")[0] == 200
+    finally:
+        server.shutdown()
+        view.close()
+        svc.store.close()
 
 
 def test_an_unreadable_store_answers_503_and_is_not_retried_per_request(tmp_path):
