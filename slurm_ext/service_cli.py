@@ -139,9 +139,9 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 f"slurm-ext: config error: {config_path}: report_secret_file: {exc}", err=True
             )
             sys.exit(2)
-    server = None
-    view = UserView(cfg.store, cfg.user_view)
+    server = view = None
     if cfg.port and not once:
+        view = UserView(cfg.store, cfg.user_view)  # its refresher thread starts here
         try:
             server = serve_http(
                 cfg.listen,
@@ -182,7 +182,8 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     finally:
         if server is not None:
             server.shutdown()
-        view.close()
+        if view is not None:
+            view.close()
         store.close()
         lock.close()
     sys.exit(rc)

@@ -1,16 +1,17 @@
 """The read-only user view on the service's listener: `GET /`, `/v1/queue`, `/v1/jobs/ID`.
 
-Served from the store, never from Slurm, and built so that no request rate can slow the
+Served from the store, never from Slurm, and built so that no request can slow the
 service's pass:
-- one look at the store per `refresh_s` at most, however many requests arrive, and one
-  full read and rendering (JSON and HTML bytes) per service pass at most: every request
-  until then gets the same bytes; concurrent requests for a stale view wait for one
-  rebuild;
-- the rebuild runs on its own thread (not the report workers) with its own read-only
-  SQLite connection, in one short read transaction: in WAL mode a reader never blocks
-  the writer, and the pass's WAL checkpoint does not wait for readers (Store.checkpoint);
-- a failed read is not retried before `refresh_s` has passed (the last good view is
-  served meanwhile, its `as_of` saying how old it is);
+- requests never read the store: they get the bytes (JSON and HTML) the view's own
+  thread rendered. That thread looks at the store's last pass every `refresh_s` (one
+  tiny query) and reads and renders the store only when a new pass has finished, i.e.
+  once per pass and within `refresh_s` after it, while the service sleeps until the next
+  pass, whatever the clients do;
+- it reads with its own read-only SQLite connection, in one short read transaction: in
+  WAL mode a reader never blocks the writer, and the pass's WAL checkpoint does not
+  wait for readers (Store.checkpoint);
+- a failed read is logged once and retried every `refresh_s`; the last good view is
+  served meanwhile, its `as_of` saying how old it is (503 before the first one);
 - at most `rate` answers per second (a burst of `burst`) for all clients together;
   beyond that a request gets 429 at once: sending the answers is CPU work in the
   service's process, and this bounds it whatever the clients do;
@@ -20,13 +21,12 @@ service's pass:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sqlite3
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_ext.report_listener import Outcome
@@ -52,7 +52,6 @@ JOBS_PREFIX = "/v1/jobs/"
 class Built:
     """One read of the store, rendered."""
 
-    at: float  # monotonic time of the read
     as_of: float  # wall time of the read
     queue: bytes  # /v1/queue
     page: bytes  # /
@@ -87,16 +86,41 @@ class UserView:
         self.refresh_s = refresh_s
         self.max_page_rows = max_page_rows
         self.wall = wall
-        self.reads = self.attempts = 0  # store reads done and tried (the tests count them)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-ext-view")
-        self._built: Built | None = None
-        self._building: asyncio.Task | None = None
-        self._failed_at = float("-inf")
+        self.reads = self.attempts = 0  # full reads and looks at the store (tests count them)
+        self._built: Built | None = None  # replaced whole by the refresher: no lock needed
         self.rate, self.burst = rate, burst
         self._tokens, self._tokens_at = float(burst), time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if privacy != "off":
+            self._thread = threading.Thread(
+                target=self._refresh, name="slurm-ext-view", daemon=True
+            )
+            self._thread.start()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _refresh(self) -> None:
+        """The refresher thread: rebuild after each pass; say once when the store fails."""
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self._built = self.build(self._built)
+                if failing:
+                    log.info("user view: the store is readable again")
+                failing = False
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                if not failing:
+                    log.warning("user view: cannot read the store (retrying): %s", exc)
+                failing = True
+            except Exception as exc:  # a bug: keep the last view, keep the service
+                if not failing:
+                    log.exception("user view: cannot build the view: %s", exc)
+                failing = True
+            self._stop.wait(self.refresh_s)
 
     async def answer(self, method: str, path: str) -> Outcome | None:
         """The answer for a view path, or None when `path` is not one of the view's."""
@@ -120,9 +144,9 @@ class UserView:
             if not (tail.isascii() and tail.isdigit() and len(tail) <= 12):
                 return Outcome(400, b"a job id is a number: /v1/jobs/ID\n")
             job_id = int(tail)
-        built = await self._current()
+        built = self._built
         if built is None:
-            return Outcome(503, b"the store cannot be read now, retry later\n")
+            return Outcome(503, b"the view is not ready (or the store unreadable), retry later\n")
         if path == "/":
             return Outcome(200, built.page, HTML, PAGE_HEADERS)
         if path == "/v1/queue":
@@ -147,31 +171,6 @@ class UserView:
         self._tokens -= 1.0
         return True
 
-    async def _current(self) -> Built | None:
-        """The cached view, rebuilt once when older than refresh_s (single flight)."""
-        built, now = self._built, time.monotonic()
-        fresh = built is not None and now - built.at < self.refresh_s
-        if fresh or now - self._failed_at < self.refresh_s:
-            return built
-        if self._building is None:
-            self._building = asyncio.ensure_future(self._rebuild())
-        return await asyncio.shield(self._building)
-
-    async def _rebuild(self) -> Built | None:
-        try:
-            self._built = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self.build, self._built
-            )
-        except (StoreError, sqlite3.Error, OSError) as exc:
-            self._failed_at = time.monotonic()
-            log.warning("user view: cannot read the store: %s", exc)
-        except Exception as exc:
-            self._failed_at = time.monotonic()
-            log.exception("user view: cannot build the view: %s", exc)
-        finally:
-            self._building = None
-        return self._built
-
     def build(self, previous: Built | None = None) -> Built:
         """Read the store once (one short snapshot) and render every answer; when no pass
         has run since `previous` was read, keep its answers (only the last pass changes
@@ -183,13 +182,13 @@ class UserView:
                 last = store.last_pass()
                 pass_id = last["id"] if last else None
                 if previous is not None and pass_id == previous.pass_id:
-                    return replace(previous, at=time.monotonic())
+                    return previous
                 decisions, records = store.decisions(), store.jobs()
                 pins, nodes = store.pins(), store.nodes()
         finally:
             store.close()
         self.reads += 1
-        now, at = self.wall(), time.monotonic()
+        now = self.wall()
         rows = sort_rows([queue_row(d, records.get(j), now) for j, d in decisions.items()])
         if self.privacy == "anonymous":
             rows = [r | {"user": ""} for r in rows]
@@ -210,4 +209,4 @@ class UserView:
         }
         page = render_page(rows, nodes_out, free, last, now, self.max_page_rows, self.privacy)
         queue = json.dumps(doc).encode()
-        return Built(at, now, queue, page, records, decisions, frozenset(pins), pass_id)
+        return Built(now, queue, page, records, decisions, frozenset(pins), pass_id)

@@ -52,7 +52,8 @@ def served(tmp_path, request):
     """(base URL, UserView, listener) over a store one pass wrote; param: privacy."""
     path = tmp_path / "service.db"
     svc = one_pass(path, *snapshot())
-    view = UserView(path, getattr(request, "param", "full"), rate=1000.0, burst=1000)
+    view = UserView(path, getattr(request, "param", "full"), 0.05, rate=1000.0, burst=1000)
+    ready(view)
     limits = ListenerLimits(header_timeout_s=2.0, body_timeout_s=2.0, small_body=1024)
     server = serve_http(
         "127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, limits=limits, view=view
@@ -62,6 +63,13 @@ def served(tmp_path, request):
     server.shutdown()
     view.close()
     svc.store.close()
+
+
+def ready(view: UserView) -> None:
+    """Wait for the view's first build (its refresher thread starts at once)."""
+    deadline = time.monotonic() + 10
+    while view.privacy != "off" and view._built is None and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def get(base: str, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
@@ -167,7 +175,7 @@ def test_view_off_answers_404_and_reads_nothing(served):
     assert view.reads == 0
 
 
-def test_a_request_storm_reads_the_store_once_per_refresh_and_pass(served):
+def test_requests_never_read_the_store_and_a_pass_is_read_once(served):
     import json
 
     base, view, server = served
@@ -179,23 +187,24 @@ def test_a_request_storm_reads_the_store_once_per_refresh_and_pass(served):
         t.start()
     for t in threads:
         t.join(30)
-    assert codes == [200] * 40 and view.reads == 1
-    assert view.attempts == 1
-    view._built = replace(view._built, at=view._built.at - view.refresh_s)  # refresh due
-    assert get(base, "/")[0] == 200 and get(base, "/v1/queue")[0] == 200
-    assert (view.attempts, view.reads) == (2, 1)  # looked: no pass since, nothing read
+    time.sleep(0.3)  # the refresher looked several times meanwhile
+    assert codes == [200] * 40 and view.reads == 1 and view.attempts > 3
     jobs, nodes = snapshot()
     server.svc.client.jobs_snapshot = jobs[:2]  # job 3 left the queue
     server.svc.run_pass()
-    view._built = replace(view._built, at=view._built.at - view.refresh_s)
+    deadline = time.monotonic() + 10
+    while view.reads < 2 and time.monotonic() < deadline:  # read once after the pass
+        time.sleep(0.02)
+    time.sleep(0.3)
     rows = json.loads(get(base, "/v1/queue")[2])["jobs"]
-    assert [r["job_id"] for r in rows] == [1, 2] and (view.attempts, view.reads) == (3, 2)
+    assert [r["job_id"] for r in rows] == [1, 2] and view.reads == 2
 
 
 def test_view_answers_are_rate_limited_for_all_clients_together(tmp_path):
     path = tmp_path / "service.db"
     svc = one_pass(path, *snapshot())
     view = UserView(path, rate=2.0, burst=5)
+    ready(view)
     server = serve_http("127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, view=view)
     try:
         base = f"http://127.0.0.1:{server.server_port}"
@@ -216,7 +225,7 @@ def test_view_answers_are_rate_limited_for_all_clients_together(tmp_path):
         svc.store.close()
 
 
-def test_an_unreadable_store_answers_503_and_is_not_retried_per_request(tmp_path):
+def test_an_unreadable_store_answers_503_and_is_not_retried_per_request(tmp_path, caplog):
     view = UserView(tmp_path / "missing.db")
     server = serve_http("127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, view=view)
     try:
@@ -224,7 +233,8 @@ def test_an_unreadable_store_answers_503_and_is_not_retried_per_request(tmp_path
         for _ in range(5):
             code, _, body = get(base, "/v1/queue")
             assert code == 503 and b"retry later" in body
-        assert view.attempts == 1
+        assert view.attempts == 1  # the refresher's first look; requests read nothing
+        assert caplog.text.count("user view: cannot read the store") == 1
     finally:
         server.shutdown()
         view.close()
@@ -239,12 +249,13 @@ def test_a_client_that_never_reads_a_large_answer_is_cut_off(tmp_path):
     ]  # fmt: skip
     svc = one_pass(path, jobs, [Node("n1", gpus=4)])
     view = UserView(path)
+    ready(view)
     limits = ListenerLimits(header_timeout_s=1.0, body_timeout_s=1.5)
     server = serve_http(
         "127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, limits=limits, view=view
     )
     try:
-        size = len(view.build().queue)
+        size = len(view._built.queue)
         assert size > 8_000_000  # far more than the kernel socket buffers hold (4 MiB)
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
