@@ -2,7 +2,10 @@
 
 (a) one rebuild of the view (store read + JSON + HTML) for a queue of N jobs;
 (b) `Service.run_pass` (replay client, real SQLite store) timed in rounds of three
-    conditions, interleaved so that other load on the machine hits each alike: no
+    conditions, interleaved in rotating order so that other load on the machine (and
+    what the previous condition left running) hits each alike, with the
+    view's refresher running throughout and passes spaced so that its read after each
+    pass is done before the next (as with the service's interval_s >> refresh_s): no
     clients; `--clients` client processes fetching a path the view does not serve (404:
     what the clients and the listener cost on this machine's CPUs); and the same clients
     fetching `/`, `/v1/queue` and `/v1/jobs/ID` in turn as fast as they can. Prints the
@@ -72,12 +75,15 @@ def main() -> None:
         store = Store(cfg.store)
         svc = Service(cfg, ReplayClient(jobs, nodes), store)
         svc.run_pass(now=now)  # first pass: every record and decision written
-        view = UserView(cfg.store, refresh_s=5.0, rate=args.rate, burst=int(2 * args.rate))
+        view = UserView(cfg.store, refresh_s=1.0, rate=args.rate, burst=int(2 * args.rate))
         builds = []
         for _ in range(3):
             t0 = time.perf_counter()
             built = view.build()
             builds.append(time.perf_counter() - t0)
+        # as in service (interval_s 30 s >> refresh_s): the refresher's read after a pass
+        # is done before the next pass starts
+        gap = view.refresh_s + 4 * statistics.median(builds)
         print(f"jobs {len(jobs)}: view rebuild (store read + JSON + HTML) median "
               f"{statistics.median(builds) * 1000:.0f} ms; /v1/queue {len(built.queue) / 1e6:.2f} MB,"
               f" page {len(built.page) / 1e6:.2f} MB")  # fmt: skip
@@ -93,15 +99,17 @@ def main() -> None:
             p.start()
         times: dict[int, list[float]] = {c: [] for c in CONDITIONS}
         storm_s, t_start, k = 0.0, time.monotonic(), 0
-        for _ in range(args.rounds):
-            for cond in CONDITIONS:
+        order = list(CONDITIONS)
+        for r in range(args.rounds):
+            for cond in order[r % 3 :] + order[: r % 3]:  # rotated: no condition always
+                # follows the same one
                 mode.value = cond
-                time.sleep(0.5)  # the clients are at it
+                time.sleep(gap)  # the clients are at it; the last pass's rebuild is done
                 t0 = time.perf_counter()
                 svc.run_pass(now=now + 100 + k)
                 times[cond].append(time.perf_counter() - t0)
                 if cond == VIEW:
-                    storm_s += time.perf_counter() - t0 + 0.5
+                    storm_s += time.perf_counter() - t0 + gap
                 k += 1
         mode.value = STOP
         for p in procs:
