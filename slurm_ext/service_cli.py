@@ -224,6 +224,13 @@ def _from_server(server: str, path: str) -> dict:
 )
 def queue(config_path: str | None, as_json: bool, server: str | None, show_all: bool) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
+    if server and show_all:
+        click.echo(
+            "slurm-ext: --all needs the store and Slurm here; the server's view lists the "
+            "jobs the service ranks (its partitions)",
+            err=True,
+        )
+        sys.exit(2)
     if server:
         doc = _from_server(server, "/v1/queue")
         rows, last = doc.get("jobs", []), doc.get("last_pass")
