@@ -49,5 +49,26 @@ from slurm_ext.replay.cli import replay  # noqa: E402
 main.add_command(replay)
 
 
+@main.command()
+@click.argument("name", required=False)
+@click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write it here.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def example(name: str | None, out: str | None, force: bool) -> None:
+    """Print (or write to OUT) a shipped file of etc/; without NAME, list them."""
+    from slurm_ext.resources import shipped_file, shipped_names, write_file
+
+    if name is None:
+        click.echo("\n".join(shipped_names()))
+        return
+    try:
+        text = shipped_file(name).read_text()
+        if out is None:
+            click.echo(text, nl=False)
+        else:
+            write_file(out, text, force=force)
+    except (KeyError, OSError) as exc:
+        raise click.ClickException(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
+
+
 if __name__ == "__main__":
     main()
