@@ -53,12 +53,15 @@ main.add_command(replay)
 @click.argument("name", required=False)
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write it here.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def example(name: str | None, out: str | None, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="List the names as JSON.")
+def example(name: str | None, out: str | None, force: bool, as_json: bool) -> None:
     """Print (or write to OUT) a shipped file of etc/; without NAME, list them."""
+    import json
+
     from slurm_ext.resources import shipped_file, shipped_names, write_file
 
     if name is None:
-        click.echo("\n".join(shipped_names()))
+        click.echo(json.dumps(shipped_names()) if as_json else "\n".join(shipped_names()))
         return
     try:
         text = shipped_file(name).read_text()
