@@ -1,4 +1,9 @@
-"""`slurm-ext`: the admin's command line. Each part registers its click commands here."""
+"""`slurm-ext`: the admin's command line, one module per command group.
+
+The root group lists its commands explicitly: importing a command module registers
+nothing by itself. Shared options live in `cli.options`, table and JSON output in
+`cli.output`; the work itself is done by the modules the commands call.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,31 @@ import sys
 import click
 
 from slurm_ext import __version__
+from slurm_ext.cli.energy import energy
+from slurm_ext.cli.predict import predict
+from slurm_ext.cli.replay import replay
+from slurm_ext.cli.service import explain, nodes, pin, queue, serve, unpin
+from slurm_ext.cli.sim import simulate
+from slurm_ext.cli.templates import template
+from slurm_ext.cli.trace import trace
+
+COMMANDS = (
+    template,
+    simulate,
+    trace,
+    serve,
+    queue,
+    explain,
+    nodes,
+    pin,
+    unpin,
+    predict,
+    energy,
+    replay,
+)
 
 
-@click.group()
+@click.group(commands=COMMANDS)
 @click.version_option(__version__, prog_name="slurm-ext")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:
@@ -19,35 +46,3 @@ def main(verbose: int) -> None:
     logging.basicConfig(
         stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-
-
-# Commands are registered below, one line per part of the suite.
-from slurm_ext.templates import template  # noqa: E402
-
-main.add_command(template)
-
-from slurm_ext.sim.cli import simulate, trace  # noqa: E402
-
-main.add_command(simulate)
-main.add_command(trace)
-
-from slurm_ext.service_cli import explain, nodes, pin, queue, serve, unpin  # noqa: E402
-
-for _cmd in (serve, queue, explain, nodes, pin, unpin):
-    main.add_command(_cmd)
-
-from slurm_ext.predict.cli import predict  # noqa: E402
-
-main.add_command(predict)
-
-from slurm_ext.energy_cli import energy  # noqa: E402
-
-main.add_command(energy)
-
-from slurm_ext.replay.cli import replay  # noqa: E402
-
-main.add_command(replay)
-
-
-if __name__ == "__main__":
-    main()

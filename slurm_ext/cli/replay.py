@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import sys
@@ -11,115 +10,31 @@ from pathlib import Path
 
 import click
 
-from slurm_ext.config import ConfigError, load_config
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.replay import service, target
-from slurm_ext.replay.metrics import KEYS, add_ratios, summarize
-from slurm_ext.replay.plan import MODES, PlanError, auto_speedup, limit_fidelity, plan
-from slurm_ext.replay.run import Interrupted, Replay, ReplayError
-from slurm_ext.replay.slurmconf import replay_conf
-from slurm_ext.sim.traces import FORMATS, TraceError, read_trace
-
-
-def save_records(path: Path, records: dict, submitted: dict) -> None:
-    """Per trace job: Slurm's id, final state, runs (epoch start, end), requeues."""
-    out = {
-        str(job.trace.job_id): {
-            "slurm_id": sid,
-            "state": records[sid].state if sid in records else "UNKNOWN",
-            "runs": records[sid].runs if sid in records else [],
-            "requeues": records[sid].requeues if sid in records else 0,
-            "limit_min": job.limit_min,
-            "work_wall_s": job.work_wall_s,
-        }
-        for sid, job in submitted.items()
-    }
-    path.write_text(json.dumps(out, indent=1))
+from slurm_ext.cli.options import (
+    checkpoint_interval_option,
+    json_option,
+    load_policy,
+    load_trace,
+    policy_config_option,
+    preemptible_fraction_option,
+    seed_option,
+    shape_options,
+    trace_options,
+)
+from slurm_ext.cli.output import echo_fields, echo_json
+from slurm_ext.replay import target
+from slurm_ext.replay.metrics import KEYS, add_ratios
+from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.plan import MODES, PlanError, auto_speedup, plan
+from slurm_ext.replay.run import Interrupted, ReplayError
 
 
 def _say(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-def replay_mode(
-    jobs,
-    mode: str,
-    workdir: Path,
-    speedup: float,
-    checkpoint_interval: float,
-    preemptible_fraction: float,
-    seed: int,
-    nodes: int,
-    gpus_per_node: int,
-    slurm_conf: str | None = None,
-    partition: str | None = None,
-    accounting: bool = True,
-    stop_event=None,
-    policy: PolicyConfig | None = None,
-) -> dict[str, float]:
-    """One mode on a fresh local cluster (or the given partition); its summary row."""
-    label = f"[{mode}] "
-    tgt = target.existing(slurm_conf, partition or "") if slurm_conf else None
-    if tgt is not None and mode != "slurm":
-        others = target.foreign_jobs(tgt)
-        if others:  # the service writes the priority of every job in its partition
-            raise target.TargetError(
-                f"mode {mode} needs partition {tgt.partition!r} to itself: it holds "
-                f"{len(others)} other job(s) (e.g. {others[0]}) whose priority the service "
-                "would change"
-            )
-    shape = (tgt.nodes, tgt.gpus_per_node) if tgt else (nodes, gpus_per_node)
-    planned = plan(jobs, speedup, *shape, mode, preemptible_fraction, seed)
-    if (workdir / "jobs").exists():  # old checkpoints, state and records would mix in
-        raise target.TargetError(f"{workdir} already holds a replay; give a fresh --workdir")
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = None
-    replay = None
-    try:
-        if tgt is None:
-            conf = replay_conf(speedup, max(j.limit_min for j in planned))
-            _say(
-                f"{label}starting a local cluster ({nodes} x {gpus_per_node} GPUs) in {workdir}/cluster"
-            )
-            tgt = target.local(workdir / "cluster", nodes, gpus_per_node, conf, accounting)
-        if mode != "slurm":
-            cfg = service.write_config(
-                workdir / "service.toml",
-                tgt.env["SLURM_CONF"],
-                tgt.partition,
-                speedup,
-                preemption=mode == "service-requeue",
-                policy=policy,
-                checkpoint_interval_s=checkpoint_interval,
-            )
-            proc = service.start(cfg, workdir / "service.log")
-            _say(f"{label}service started (pid {proc.pid}, log {workdir}/service.log)")
-        replay = Replay(tgt, planned, workdir / "jobs", checkpoint_interval / speedup, label, _say)
-        if stop_event is not None:
-            replay.stop_event = stop_event
-        records, _ = replay.run()
-        save_records(workdir / "records.json", records, replay.submitted)
-        row = summarize(records.values(), tgt.total_gpus, speedup)
-        row["mode"] = mode  # type: ignore[assignment]
-        row["speedup"] = speedup
-        row["limit_stretch"] = limit_fidelity(planned, speedup)
-        row["accounting"] = tgt.accounting  # type: ignore[assignment]
-        return row
-    finally:
-        if replay is not None and replay.submitted and tgt is not None and tgt.cluster is None:
-            _say(f"{label}cancelled the {len(replay.submitted)} jobs this replay submitted")
-        service.stop(proc)
-        if tgt is not None and tgt.cluster is not None:
-            tgt.stop()
-            _say(f"{label}stopped the local cluster's daemons")
-
-
 @click.command()
-@click.option(
-    "--trace", "trace_path", required=True, type=click.Path(exists=True), help="Trace file."
-)
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tiresias", show_default=True)
-@click.option("--skip-bad", is_flag=True, help="Skip and count bad rows instead of stopping.")
+@trace_options
 @click.option(
     "--mode",
     "modes",
@@ -133,23 +48,14 @@ def replay_mode(
     default=None,
     help="Trace seconds per wall second.  [default: fit the estimated makespan in 7 min]",
 )
-@click.option(
-    "--checkpoint-interval",
-    type=click.FloatRange(min=0),
-    default=1800.0,
-    show_default=True,
-    help="Trace seconds between a job's checkpoints (0: never; a requeue loses it all).",
+@checkpoint_interval_option(
+    1800.0, "Trace seconds between a job's checkpoints (0: never; a requeue loses it all)."
 )
-@click.option(
-    "--preemptible-fraction",
-    type=click.FloatRange(0, 1),
-    default=0.0,
-    show_default=True,
-    help="Share of jobs opted in to requeue besides the trace's checkpoint flag (service-requeue).",
+@preemptible_fraction_option(
+    0.0, "Share of jobs opted in to requeue besides the trace's checkpoint flag (service-requeue)."
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Time limits and opt-ins.")
-@click.option("--nodes", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=4, show_default=True)
+@seed_option("Time limits and opt-ins.")
+@shape_options(nodes=4, gpus_per_node=4)
 @click.option(
     "--slurm-conf", type=click.Path(), default=None, help="Replay on this existing cluster."
 )
@@ -160,14 +66,10 @@ def replay_mode(
     default=None,
     help="Keep clusters, logs and checkpoints here.  [default: a temporary dir, removed]",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(),
-    default=None,
-    help="TOML with PolicyConfig keys for the service (trace seconds; scaled for you).",
+@policy_config_option(
+    "TOML with PolicyConfig keys for the service (trace seconds; scaled for you)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option
 def replay(
     trace_path,
     fmt,
@@ -194,15 +96,8 @@ def replay(
         )
     if slurm_conf and not partition:
         raise click.BadParameter("--slurm-conf needs --partition", param_hint="--partition")
-    try:
-        policy = load_config(PolicyConfig, config_path)
-        trace = read_trace(trace_path, fmt, skip_bad=skip_bad)
-    except (ConfigError, TraceError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    if not trace.jobs:
-        raise click.ClickException(f"{trace_path}: no usable jobs")
-    if trace.skipped:
-        _say(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}")
+    policy = load_policy(config_path)
+    trace = load_trace(trace_path, fmt, skip_bad)
     if slurm_conf:
         try:
             tgt = target.existing(slurm_conf, partition)
@@ -240,11 +135,10 @@ def replay(
             shutil.rmtree(root, ignore_errors=True)
     add_ratios(rows)
     if as_json:
-        click.echo(json.dumps(rows[names[0]] if len(names) == 1 else {"modes": rows}, indent=2))
+        echo_json(rows[names[0]] if len(names) == 1 else {"modes": rows})
         return
     for mode, row in rows.items():
         click.echo(f"== {mode}")
-        for k in (*KEYS, "vs_slurm", "speedup", "limit_stretch"):
-            if k in row:
-                v = row[k]
-                click.echo(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
+        echo_fields(
+            {k: row[k] for k in (*KEYS, "vs_slurm", "speedup", "limit_stretch") if k in row}
+        )
