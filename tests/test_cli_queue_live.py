@@ -19,24 +19,24 @@ DURATION = re.compile(r"^(\d+s|\d+m\d\ds|\d+h\d\dm|\d+d\d\dh)$")
 
 
 def slurm_ext(cluster: LocalCluster, *args: str) -> str:
-    env = dict(cluster.env)
     res = subprocess.run(
         [sys.executable, "-m", "slurm_ext.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
+        env=cluster.env,  # this release's commands first on PATH
     )
     assert res.returncode == 0, f"slurm-ext {' '.join(args)}: {res.stdout}\n{res.stderr}"
     return res.stdout
 
 
-def test_queue_shows_state_codes_and_durations(clean_queue: LocalCluster, tmp_path: Path) -> None:
-    c = clean_queue
+def test_queue_shows_state_codes_and_durations(live, tmp_path: Path) -> None:
+    c, client = live  # once per Slurm release and backend (conftest.LIVE_BACKENDS)
+    backend = "pyslurm" if type(client).__name__ == "PySlurmClient" else "cli"
     config = tmp_path / "service.toml"
     config.write_text(
         f'store = "{tmp_path / "service.db"}"\nport = 0\ninterval_s = 0.5\n'
-        f'[slurm]\nbackend = "cli"\nslurm_conf = "{c.conf_path}"\ntimeout_s = 10\n'
+        f'[slurm]\nbackend = "{backend}"\nslurm_conf = "{c.conf_path}"\ntimeout_s = 10\n'
     )
     running = c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")  # every GPU
     pending = c.sbatch("--gres=gpu:1", "-J", "waiter")
