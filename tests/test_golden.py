@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_ext.predict.cli import predict
+from slurm_ext.cli.predict import predict
 from slurm_ext.predict.elastic import amdahl_throughput
 from slurm_ext.predict.hook import render_hook
 from slurm_ext.templates import load_template, render, template_names, templates_dir

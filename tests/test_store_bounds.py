@@ -159,7 +159,7 @@ def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
             p.chmod(0o755 if p.is_dir() else 0o644)
         results = {}
         for cmd in ("pin", "unpin"):
-            probe = f"from slurm_ext.service_cli import {cmd}; {cmd}(['--config', {str(config)!r}, '42'])"
+            probe = f"from slurm_ext.cli.service import {cmd}; {cmd}(['--config', {str(config)!r}, '42'])"
             results[cmd] = subprocess.run(
                 [runuser, "-u", "nobody", "--", py, "-c", probe],
                 env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},

@@ -13,48 +13,32 @@ from __future__ import annotations
 
 import errno
 import getpass
-import json
 import logging
 import sqlite3
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
-from slurm_ext.config import ConfigError, load_config
+from slurm_ext.cli.options import (
+    EXIT_CONFIG,
+    config_option,
+    json_option,
+    load_service_config,
+    open_store,
+)
+from slurm_ext.cli.output import Column, duration, echo_json, table
+from slurm_ext.model import JobState
 from slurm_ext.policy import fragmentation
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.store import Store, StoreError
 from slurm_ext.store_lock import StoreLocked, lock_store
 
-DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
-EXIT_CONFIG = 2
 EXIT_ALREADY_RUNNING = 3
 log = logging.getLogger("slurm_ext.service")
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help=f"service.toml (default {DEFAULT_CONFIG} if it exists, else built-in defaults).",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def load_service_config(path: str | None) -> ServiceConfig:
-    """The config, or exit 2 with a message naming the file and the key."""
-    if path is None and Path(DEFAULT_CONFIG).is_file():
-        path = DEFAULT_CONFIG
-    try:
-        return load_config(ServiceConfig, path)
-    except ConfigError as exc:
-        click.echo(f"slurm-ext: config error: {exc}", err=True)
-        sys.exit(2)
 
 
 def _client(cfg: ServiceConfig):
@@ -80,14 +64,6 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
             "write access to it: run them as the service's user or root",
             err=True,
         )
-        sys.exit(1)
-
-
-def _store(cfg: ServiceConfig, readonly: bool) -> Store:
-    try:
-        return Store(cfg.store, readonly=readonly)
-    except StoreError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
 
 
@@ -119,7 +95,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     except StoreError as exc:
         click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
-    store = _store(cfg, readonly=False)
+    store = open_store(cfg, readonly=False)
     metrics = ServiceMetrics()
     secret = None
     if cfg.report_secret_file:
@@ -129,7 +105,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             click.echo(
                 f"slurm-ext: config error: {config_path}: report_secret_file: {exc}", err=True
             )
-            sys.exit(2)
+            sys.exit(EXIT_CONFIG)
     server = None
     if cfg.port and not once:
         try:
@@ -180,8 +156,26 @@ def _save_reports(path: str, reports) -> int:
         store.close()
 
 
-def _fmt_gpu_s(v: float) -> str:
-    return f"{v / 3600:.1f}h" if v >= 3600 else f"{v:.0f}s"
+def slurm_reason(reason: str) -> str:
+    """Slurm's pending reason; "" where Slurm says "None" (a running job)."""
+    return "" if reason == "None" else reason
+
+
+QUEUE_COLUMNS = (
+    Column("RANK", "rank", right=True),
+    Column("JOBID", "job_id", right=True),
+    Column("USER", "user", width=10),
+    Column("ST", "state_code"),
+    Column("GPUS", "gpus", right=True),
+    Column("Q", "queue", right=True),
+    Column("GITTINS", "gittins", lambda v: format(v, ".3g"), right=True),
+    Column("ATTAINED", "attained_gpu_s", duration, right=True),
+    Column("WAIT", "wait_s", duration, right=True),
+    Column("TIME", "run_s", duration, right=True),
+    Column("SET", "value_set", right=True),
+    Column("SLURM_PRIO", "slurm_priority", right=True),
+    Column("REASON", "reason_shown"),
+)
 
 
 @click.command()
@@ -193,7 +187,7 @@ def _fmt_gpu_s(v: float) -> str:
 def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
     cfg = load_service_config(config_path)
-    store = _store(cfg, readonly=True)
+    store = open_store(cfg, readonly=True)
     with store.snapshot():
         decisions, records, last = store.decisions(), store.jobs(), store.last_pass()
     store.close()
@@ -209,20 +203,24 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
         if not managed and not show_all:
             continue
         d, r = decisions.get(j.job_id), records.get(j.job_id)
+        started = j.start_time if j.start_time and j.state != JobState.PENDING else None
         rows.append(
             {
                 "job_id": j.job_id,
                 "user": j.user,
                 "state": j.state.value,
+                "state_code": j.state.code,
                 "gpus": j.gpus,
                 "rank": d.rank if d else None,
                 "queue": d.queue if d else None,
                 "gittins": d.gittins if d else None,
                 "attained_gpu_s": round(r.attained_gpu_s(now), 1) if r else 0.0,
+                "wait_s": round((started or now) - j.submit_time, 1) if j.submit_time else None,
+                "run_s": round(now - started, 1) if started else None,
                 "value_set": d.value if d else None,
                 "mode": cfg.mode,
                 "slurm_priority": j.priority,
-                "reason": j.reason,
+                "reason": slurm_reason(j.reason),
                 "promoted": bool(d and d.promoted),
             }
         )
@@ -230,21 +228,15 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
         key=lambda x: (x["rank"] is None, x["rank"] if x["rank"] is not None else x["job_id"])
     )
     if as_json:
-        click.echo(json.dumps({"jobs": rows, "last_pass": last}, indent=1))
+        echo_json({"jobs": rows, "last_pass": last})
         return
-    click.echo(
-        f"{'RANK':>4} {'JOBID':>8} {'USER':<10} {'ST':<4} {'GPUS':>4} {'Q':>2} {'GITTINS':>9} {'ATTAINED':>9} {'SET':>9} {'SLURM_PRIO':>10} REASON"
-    )
-    for x in rows:
-        click.echo(
-            f"{'' if x['rank'] is None else x['rank']:>4} {x['job_id']:>8} {x['user'][:10]:<10} {x['state'][:4]:<4} {x['gpus']:>4} "
-            f"{'' if x['queue'] is None else x['queue']:>2} {'' if x['gittins'] is None else format(x['gittins'], '.3g'):>9} "
-            f"{_fmt_gpu_s(x['attained_gpu_s']):>9} {'' if x['value_set'] is None else x['value_set']:>9} {x['slurm_priority']:>10} "
-            f"{x['reason']}{' (promoted)' if x['promoted'] else ''}"
-        )
+    shown = [
+        {**x, "reason_shown": x["reason"] + (" (promoted)" if x["promoted"] else "")} for x in rows
+    ]
+    click.echo(table(shown, QUEUE_COLUMNS))
     if last:
         click.echo(
-            f"last pass {time.time() - last['started_at']:.0f}s ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
+            f"last pass {duration(time.time() - last['started_at'])} ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
         )
 
 
@@ -255,7 +247,7 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
 def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
     cfg = load_service_config(config_path)
-    store = _store(cfg, readonly=True)
+    store = open_store(cfg, readonly=True)
     with store.snapshot():
         d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
     store.close()
@@ -271,7 +263,7 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
     info = {
         "job_id": job_id,
         "slurm_state": job.state.value if job else "GONE",
-        "slurm_reason": job.reason if job else "",
+        "slurm_reason": slurm_reason(job.reason) if job else "",
         "slurm_priority": job.priority if job else None,
         "managed": bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
         "pinned": pinned,
@@ -289,7 +281,7 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
         "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
     }
     if as_json:
-        click.echo(json.dumps(info, indent=1))
+        echo_json(info)
         return
     click.echo(
         f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {info['slurm_priority']})"
@@ -302,17 +294,28 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
         click.echo("  held: the service does not touch held jobs")
     click.echo(f"  rank {info['rank']} in queue {info['queue']}: {info['policy_reason']}")
     click.echo(
-        f"  attained service {_fmt_gpu_s(info['attained_gpu_s'])} GPU-time; "
+        f"  attained service {duration(info['attained_gpu_s'])} GPU-time; "
         + (
-            f"running for {info['current_run_s']:.0f}s"
+            f"running for {duration(info['current_run_s'])}"
             if info["current_run_s"] is not None
-            else f"last run stint {info['last_run_s']:.0f}s"
+            else f"last run stint {duration(info['last_run_s'])}"
         )
     )
     if info["value_set"] is not None:
         click.echo(f"  {cfg.mode.replace('_', ' ')} set to {info['value_set']}")
     if info["placement"]:
         click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
+
+
+NODE_COLUMNS = (
+    Column("NODE", "node"),
+    Column("STATE", "state", width=14),
+    Column("GPUS", "gpus", right=True),
+    Column("USED", "gpus_used", right=True),
+    Column("FREE", "gpus_free", right=True),
+    Column("CPUS", "cpus", right=True),
+    Column("USED", "cpus_used", right=True),
+)
 
 
 @click.command()
@@ -341,15 +344,9 @@ def nodes(config_path: str | None, as_json: bool) -> None:
         for n in sorted(ns, key=lambda n: n.name)
     ]
     if as_json:
-        click.echo(json.dumps({"nodes": rows, "fragmentation": frag}, indent=1))
+        echo_json({"nodes": rows, "fragmentation": frag})
         return
-    click.echo(
-        f"{'NODE':<12} {'STATE':<14} {'GPUS':>4} {'USED':>4} {'FREE':>4} {'CPUS':>5} {'USED':>5}"
-    )
-    for r in rows:
-        click.echo(
-            f"{r['node']:<12} {r['state'][:14]:<14} {r['gpus']:>4} {r['gpus_used']:>4} {r['gpus_free']:>4} {r['cpus']:>5} {r['cpus_used']:>5}"
-        )
+    click.echo(table(rows, NODE_COLUMNS))
     total_free = sum(r["gpus_free"] for r in rows)
     click.echo(
         f"free GPUs {total_free}; fragmentation {frag:.2f} (share of free GPUs on partly used nodes)"
