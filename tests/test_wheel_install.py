@@ -108,7 +108,7 @@ def test_the_package_and_its_files_come_from_the_wheel(wheel_venv: WheelVenv) ->
     for path in files:
         assert path.is_relative_to(wheel_venv.root), f"{path} is not from the installed wheel"
     assert files[2].is_file() and not files[2].is_symlink()
-    assert (files[3] / "single-gpu.sbatch").is_file()
+    assert (files[3] / "single-gpu.sbatch").is_file() and (files[3] / "train_tiny.py").is_file()
 
 
 def test_the_admin_guide_commands_run_from_the_wheel(wheel_venv: WheelVenv) -> None:
