@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 from slurm_ext.hints import parse_hints
@@ -79,12 +79,12 @@ class Problem:
 
 # ---- locating and loading -------------------------------------------------------------
 def templates_dir() -> Path:
-    """The sbatch_templates directory: $SLURM_EXT_TEMPLATES, the source tree, or the install."""
+    """The sbatch_templates directory: $SLURM_EXT_TEMPLATES, else the package's own (package
+    data in an install; in a checkout slurm_ext/sbatch_templates links to sbatch_templates/)."""
     candidates = []
     if os.environ.get("SLURM_EXT_TEMPLATES"):
         candidates.append(Path(os.environ["SLURM_EXT_TEMPLATES"]))
-    candidates.append(Path(__file__).resolve().parents[1] / "sbatch_templates")  # checkout/editable
-    candidates.append(Path(sys.prefix) / "share" / "slurm-ext" / "sbatch_templates")  # wheel data
+    candidates.append(Path(str(files("slurm_ext") / "sbatch_templates")))
     for path in candidates:
         if path.is_dir() and any(path.glob(f"*{TEMPLATE_SUFFIX}")):
             return path

@@ -20,10 +20,11 @@ from slurm_ext.predict.elastic import amdahl_throughput
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = str(ROOT / "tests" / "data" / "tiresias-60job.csv")
-# what `slurm-ext --help` listed before the commands moved into slurm_ext/cli/
+# what `slurm-ext --help` listed before the commands moved into slurm_ext/cli/, and
+# `example` (the shipped etc/ files, added with the wheel install)
 COMMANDS = {
-    "energy", "explain", "nodes", "pin", "predict", "queue", "replay", "serve", "simulate",
-    "template", "trace", "unpin",
+    "energy", "example", "explain", "nodes", "pin", "predict", "queue", "replay", "serve",
+    "simulate", "template", "trace", "unpin",
 }  # fmt: skip
 
 

@@ -14,6 +14,7 @@ import click
 
 from slurm_ext import __version__
 from slurm_ext.cli.energy import energy
+from slurm_ext.cli.example import example
 from slurm_ext.cli.predict import predict
 from slurm_ext.cli.replay import replay
 from slurm_ext.cli.service import explain, nodes, pin, queue, serve, unpin
@@ -34,6 +35,7 @@ COMMANDS = (
     predict,
     energy,
     replay,
+    example,
 )
 
 

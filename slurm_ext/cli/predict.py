@@ -20,9 +20,11 @@ from slurm_ext.predict.cpu import (
 )
 from slurm_ext.predict.elastic import ElasticJob, allocate_elastic
 from slurm_ext.predict.from_store import samples_from_store
+from slurm_ext.predict.hook import render_hook
 from slurm_ext.predict.rewrite import HookConfig, JobRequest, plan_rewrite
 from slurm_ext.predict.samples import SampleError, load_samples
 from slurm_ext.predict.table import TableError, evidence_path, load_table, write_table
+from slurm_ext.resources import write_file
 from slurm_ext.store import StoreError
 
 
@@ -274,3 +276,40 @@ def elastic(path: str, free_gpus: int, as_json: bool) -> None:
         return
     for key, n in shares:
         click.echo(f"{key}\t{n}")
+
+
+@predict.command("hook")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option(
+    "--table",
+    "table_path",
+    required=True,
+    help="Absolute path of the predictor table the hook reads (it may not exist yet).",
+)
+@click.option("--respect-explicit-cpus/--override-explicit-cpus", default=True)
+@click.option("--max-cpus-per-gpu", type=click.IntRange(0, 1024), default=0)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(0, 1024),
+    default=0,
+    help="GPUs on the partition's nodes, as the hook's GPUS_PER_NODE (0: unknown).",
+)
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def hook(
+    out: str,
+    table_path: str,
+    respect_explicit_cpus: bool,
+    max_cpus_per_gpu: int,
+    gpus_per_node: int,
+    force: bool,
+) -> None:
+    """Write the submit hook (job_submit.lua) with its settings to OUT ('-': stdout)."""
+    try:
+        text = render_hook(table_path, respect_explicit_cpus, max_cpus_per_gpu, gpus_per_node)
+        if out == "-":
+            click.echo(text, nl=False)
+            return
+        write_file(out, text, force=force)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"wrote {out} (table {table_path}, gpus_per_node {gpus_per_node})", err=True)

@@ -74,6 +74,7 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
 def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
     from nodeagent.report import SecretFileError, read_secret
+    from slurm_ext.listen import warn_if_reports_unreachable
     from slurm_ext.metrics import ServiceMetrics, serve_http
     from slurm_ext.report_listener import SlurmJobNodes
 
@@ -85,6 +86,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             force=True,
         )
+    warn_if_reports_unreachable(cfg)
     try:
         lock = lock_store(cfg.store)
     except StoreLocked as exc:
