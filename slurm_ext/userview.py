@@ -3,9 +3,9 @@
 Plain functions shared by the local CLI (`slurm-ext queue/explain`, which read the store
 and Slurm on the controller), the listener's read-only view (slurm_ext/userview_http.py,
 which reads the store only) and `--server URL` (which fetches that view): the row and
-explanation dictionaries have the same keys on every path, so one renderer prints them.
-A value a path cannot know (the listener never asks Slurm for its current priority) is
-None and printed as "-".
+explanation dictionaries have the same keys on every path, so the CLI prints both with
+one table (slurm_ext/cli/service.py). A value a path cannot know (the listener never
+asks Slurm for its current priority) is None and printed as "-".
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slurm_ext.model import Node
+from slurm_ext.model import JobState, Node
 from slurm_ext.store import DecisionRecord, JobRecord
 
 PRIVACY = ("full", "anonymous", "off")  # ServiceConfig.user_view
@@ -32,21 +32,32 @@ class ViewNotFound(ViewError):
     """The server answered 404 (an unknown job, or the view is off)."""
 
 
-def wait_s(rec: JobRecord | None, now: float) -> float | None:
-    """Seconds a waiting job has waited since it last became pending (None if running)."""
-    if rec is None or rec.state != "PENDING":
-        return None
-    since = rec.waiting_since if rec.waiting_since is not None else rec.submit_time
-    return max(0.0, now - since)
+def slurm_reason(reason: str) -> str:
+    """Slurm's pending reason; "" where Slurm says "None" (a running job)."""
+    return "" if reason == "None" else reason
+
+
+def _times(rec: JobRecord | None, now: float) -> tuple[float | None, float | None]:
+    """(wait_s, run_s) from the store's record: waited from submission up to the current
+    run's start (or now), ran since that start (None while waiting)."""
+    if rec is None:
+        return None, None
+    started = rec.run_start if rec.state != "PENDING" else None
+    wait = round((started or now) - rec.submit_time, 1) if rec.submit_time else None
+    return wait, (round(now - started, 1) if started is not None else None)
 
 
 def queue_row(d: DecisionRecord | None, rec: JobRecord | None, now: float, **slurm: object) -> dict:
-    """One queue line. `slurm` overrides what the store says with what Slurm says now
-    (job_id, user, state, gpus, slurm_priority, reason) on the controller's local path."""
+    """One queue line from the store. `slurm` overrides it with what Slurm says now
+    (job_id, user, state, state_code, gpus, wait_s, run_s, mode, slurm_priority, reason)
+    on the controller's local path."""
+    state = rec.state if rec else ""
+    wait, run = _times(rec, now)
     row = {
         "job_id": d.job_id if d else rec.job_id if rec else None,
         "user": rec.user if rec else "",
-        "state": rec.state if rec else "",
+        "state": state,
+        "state_code": JobState.parse(state).code if state else "",
         "gpus": rec.gpus if rec else 0,
         "rank": d.rank if d else None,
         "queue": d.queue if d else None,
@@ -54,11 +65,12 @@ def queue_row(d: DecisionRecord | None, rec: JobRecord | None, now: float, **slu
         "group": (d.group or None) if d else None,
         "group_samples": d.group_samples if d else 0,
         "attained_gpu_s": round(rec.attained_gpu_s(now), 1) if rec else 0.0,
-        "wait_s": None if (w := wait_s(rec, now)) is None else round(w),
+        "wait_s": wait,
+        "run_s": run,
         "value_set": d.value if d else None,
         "mode": d.mode if d else None,
         "slurm_priority": None,
-        "reason": d.slurm_reason if d else "",
+        "reason": slurm_reason(d.slurm_reason) if d else "",
         "policy_reason": d.reason if d else "",
         "promoted": bool(d and d.promoted),
     }
@@ -80,13 +92,14 @@ def explain_info(
     **slurm: object,
 ) -> dict:
     """What `explain` says of one job. `slurm` overrides the store's view with Slurm's
-    (slurm_state, slurm_reason, slurm_priority, managed, held) where it was asked."""
+    (slurm_state, slurm_reason, slurm_priority, managed, held, mode) where it was asked."""
+    wait, _ = _times(rec, now)
     info = {
         "job_id": job_id,
         "user": rec.user if rec else "",
         "gpus": rec.gpus if rec else 0,
         "slurm_state": rec.state if rec else "GONE",
-        "slurm_reason": d.slurm_reason if d else "",
+        "slurm_reason": slurm_reason(d.slurm_reason) if d else "",
         "slurm_priority": None,
         "managed": d is not None,
         "pinned": pinned,
@@ -102,7 +115,7 @@ def explain_info(
         "mode": d.mode if d else None,
         "placement": list(d.placement) if d and d.placement else None,
         "attained_gpu_s": rec.attained_gpu_s(now) if rec else 0.0,
-        "wait_s": wait_s(rec, now),
+        "wait_s": wait,
         "last_run_s": rec.last_run_s if rec else 0.0,
         "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
     }
@@ -147,79 +160,6 @@ def node_rows(nodes: Sequence[Node]) -> list[dict]:
         }
         for n in sorted(nodes, key=lambda n: n.name)
     ]
-
-
-# ---- text -----------------------------------------------------------------------------
-
-
-def fmt_gpu_s(v: float) -> str:
-    return f"{v / 3600:.1f}h" if v >= 3600 else f"{v:.0f}s"
-
-
-def fmt_wait(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 86400:
-        return f"{v / 86400:.1f}d"
-    return f"{v / 3600:.1f}h" if v >= 3600 else f"{v:.0f}s"
-
-
-def _opt(v: object, spec: str = "") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def format_queue(rows: Sequence[dict], last: dict | None, now: float) -> list[str]:
-    """`slurm-ext queue`'s table, one string per line."""
-    out = [
-        f"{'RANK':>4} {'JOBID':>8} {'USER':<10} {'ST':<4} {'GPUS':>4} {'Q':>2} {'GITTINS':>9} "
-        f"{'ATTAINED':>9} {'WAITED':>7} {'SET':>9} {'SLURM_PRIO':>10} REASON"
-    ]
-    for x in rows:
-        out.append(
-            f"{_opt(x['rank']):>4} {x['job_id']:>8} {(x['user'] or '-')[:10]:<10} "
-            f"{x['state'][:4]:<4} {x['gpus']:>4} {_opt(x['queue']):>2} "
-            f"{_opt(x['gittins'], '.3g'):>9} {fmt_gpu_s(x['attained_gpu_s']):>9} "
-            f"{fmt_wait(x.get('wait_s')):>7} {_opt(x['value_set']):>9} "
-            f"{_opt(x['slurm_priority']):>10} "
-            f"{x['reason'] or '-'}{' (promoted)' if x['promoted'] else ''}"
-        )
-    if last:
-        out.append(
-            f"last pass {now - last['started_at']:.0f}s ago: {last['ranked']} ranked, "
-            f"{last['writes']} writes, {last['errors']} errors"
-            + (" (dry run)" if last["dry_run"] else "")
-        )
-    return out
-
-
-def format_explain(info: dict) -> list[str]:
-    """`slurm-ext explain`'s lines."""
-    out = [
-        f"job {info['job_id']}: {info['slurm_state']} (Slurm reason: "
-        f"{info['slurm_reason'] or '-'}, priority {_opt(info['slurm_priority'])})"
-    ]
-    if not info["managed"]:
-        out.append("  not ranked: outside the service's partitions, or not seen by a pass yet")
-    if info["pinned"]:
-        out.append("  pinned by an admin: the service never changes it")
-    if info["held"]:
-        out.append("  held: the service does not touch held jobs")
-    out.append(
-        f"  rank {_opt(info['rank'])} in queue {_opt(info['queue'])}: {info['policy_reason']}"
-    )
-    run = (
-        f"running for {info['current_run_s']:.0f}s"
-        if info["current_run_s"] is not None
-        else f"last run stint {info['last_run_s']:.0f}s"
-    )
-    out.append(f"  attained service {fmt_gpu_s(info['attained_gpu_s'])} GPU-time; {run}")
-    if info.get("wait_s") is not None:
-        out.append(f"  waiting for {fmt_wait(info['wait_s'])} since it last became pending")
-    if info["value_set"] is not None:
-        out.append(f"  {(info['mode'] or 'value').replace('_', ' ')} set to {info['value_set']}")
-    if info["placement"]:
-        out.append(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
-    return out
 
 
 # ---- the --server client --------------------------------------------------------------

@@ -12,7 +12,8 @@ import time
 from collections.abc import Sequence
 from html import escape
 
-from slurm_ext.userview import FreeGpus, fmt_gpu_s, fmt_wait
+from slurm_ext.durations import duration
+from slurm_ext.userview import FreeGpus
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d1d1f;background:#fff}
@@ -58,8 +59,8 @@ def _job_row(r: dict) -> str:
         f"<td>{escape(r['user'] or '-')}</td><td>{state}{promoted}</td>"
         f'<td class="n">{r["gpus"]}</td><td class="n">{"-" if r["queue"] is None else r["queue"]}</td>'
         f'<td class="n">{gittins}</td><td>{escape(r["group"] or "-")}</td>'
-        f'<td class="n">{fmt_gpu_s(r["attained_gpu_s"])}</td>'
-        f'<td class="n">{fmt_wait(r["wait_s"])}</td>'
+        f'<td class="n">{duration(r["attained_gpu_s"])}</td>'
+        f'<td class="n">{"-" if r["wait_s"] is None else duration(r["wait_s"])}</td>'
         f"<td>{_reasons(r)}</td></tr>"
     )
 
@@ -99,7 +100,7 @@ def render_page(
     )
     head = (
         "<tr><th>rank</th><th>job</th><th>user</th><th>state</th><th>GPUs</th><th>queue</th>"
-        "<th>Gittins</th><th>index group</th><th>attained</th><th>waited</th>"
+        "<th>Gittins</th><th>index group</th><th>GPU-time attained</th><th>waited</th>"
         "<th>why (Slurm; the service)</th></tr>"
     )
     body = "".join(_job_row(r) for r in rows[:max_rows])

@@ -10,9 +10,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from slurm_ext.cli.sim import simulate
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
-from slurm_ext.sim.cli import simulate
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig

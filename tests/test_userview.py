@@ -14,11 +14,11 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
+from slurm_ext.cli.service import explain, queue
 from slurm_ext.metrics import ServiceMetrics, serve_http
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.report_listener import ListenerLimits
 from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.service_cli import explain, queue
 from slurm_ext.store import Store
 from slurm_ext.testing.replay import ReplayClient
 from slurm_ext.userview import free_gpus
@@ -126,7 +126,10 @@ def test_queue_job_and_page_answers(served):
     assert [r["job_id"] for r in doc["jobs"]] == [1, 2, 3]  # as the pass ranked them
     assert [r["rank"] for r in doc["jobs"]] == [0, 1, 2]
     assert doc["jobs"][1]["reason"] == "Resources" and doc["jobs"][1]["wait_s"] >= 600
-    assert doc["jobs"][2]["value_set"] is not None and doc["jobs"][0]["wait_s"] is None
+    assert doc["jobs"][2]["value_set"] is not None and doc["jobs"][2]["run_s"] is None
+    running = doc["jobs"][0]  # waited 600 s before its start, has run 3000 s
+    assert running["wait_s"] == 600.0 and 3000 <= running["run_s"] < 3060
+    assert (running["state_code"], running["reason"]) == ("R", "")  # not Slurm's "None"
     assert doc["free_gpus"] == {"free": 2, "widest_waiting": 4, "stranded": 2, "fragmentation": 1.0}
     code, _, body = get(base, "/v1/jobs/2")
     info = json.loads(body)

@@ -96,7 +96,7 @@ def test_the_page_in_headless_chromium_shows_the_ranked_queue(clean_queue, tmp_p
         assert set(order) == {small, wide, four, three}
         for r in doc["jobs"]:
             row = dom[dom.index(f'<tr id="job-{r["job_id"]}"') :].split("</tr>")[0]
-            assert f">{r['state']}" in row and f"<b>{r['reason']}</b>" in row, row
+            assert f">{r['state']}" in row and f"<b>{r['reason'] or '-'}</b>" in row, row
             assert "queue " in row and "attained" in row  # the service's reason
         assert dom.count('class="PENDING"') == 2 and dom.count('class="RUNNING"') == 2
         assert me in dom
