@@ -50,11 +50,12 @@ class HostView:
 
 class ProcessDescriber:
     """Describes GPU processes sample after sample. `psutil.Process` objects are kept
-    per (pid, create time), so a reused PID is a new process and `cpu_percent` measures
-    since the previous sample; objects of processes no GPU lists any more are dropped."""
+    per (pid, create time), with the owner and command read at first sight, so a sample
+    reads only CPU and memory, a reused PID is a new process, and `cpu_percent` measures
+    since the previous sample; processes no GPU lists any more are dropped."""
 
     def __init__(self) -> None:
-        self._procs: dict[int, psutil.Process] = {}
+        self._procs: dict[int, tuple[psutil.Process, str, str]] = {}
         self._host_primed = False
 
     def describe(
@@ -86,24 +87,28 @@ class ProcessDescriber:
     def _read(self, pid: int) -> tuple[str, str, float | None, int | None]:
         """(user, command, CPU percent, RSS) of one process; blanks when it is gone or
         cannot be read (another PID namespace, no permission)."""
-        proc = self._procs.get(pid)
-        first = False
+        known = self._procs.get(pid)
         try:
-            if proc is None or not proc.is_running():  # is_running: same create time
-                proc = self._procs[pid] = psutil.Process(pid)
-                first = True
+            if known is None or not known[0].is_running():  # is_running: same create time
+                proc = psutil.Process(pid)
+                with proc.oneshot():
+                    try:
+                        user = proc.username()
+                    except (KeyError, psutil.Error):  # no passwd entry: the uid
+                        user = str(proc.uids().real)
+                    command = (" ".join(proc.cmdline()) or proc.name())[:MAX_COMMAND]
+                    proc.cpu_percent(None)  # the reference for the next sample
+                    rss = proc.memory_info().rss
+                self._procs[pid] = (proc, user, command)
+                return user, command, None, rss
+            proc, user, command = known
             with proc.oneshot():
-                try:
-                    user = proc.username()
-                except (KeyError, psutil.Error):  # no passwd entry: the uid
-                    user = str(proc.uids().real)
-                command = " ".join(proc.cmdline()) or proc.name()
                 cpu = proc.cpu_percent(None)
                 rss = proc.memory_info().rss
         except psutil.Error:
             self._procs.pop(pid, None)
             return "", "", None, None
-        return user, command[:MAX_COMMAND], None if first else cpu, rss
+        return user, command, cpu, rss
 
     def host(self) -> HostView:
         """The host's CPU use since the previous call (None at the first) and memory."""
