@@ -10,6 +10,7 @@ import logging
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +41,7 @@ from slurm_ext.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
 STATE_SAVE_S = 30.0
+MAX_WARNINGS = 100  # distinct problems a snapshot carries (the latest)
 
 
 class Agent:
@@ -99,7 +101,8 @@ class Agent:
         self._last_save = -1e18
         self._prev_cpu: dict[tuple[int, int], float] | None = None
         self._prev_node_busy: float | None = None
-        self._warned: dict[str, None] = {}  # distinct problems logged, in order
+        self._warned: set[str] = set()  # distinct problems logged (each logged once)
+        self._recent: deque[str] = deque(maxlen=MAX_WARNINGS)  # ... the latest, in order
         self.snapshot = AgentSnapshot(self.node)
         self._load_state()
 
@@ -148,7 +151,8 @@ class Agent:
         """Count a problem by source; log each distinct message once."""
         self.error_counts[source] = self.error_counts.get(source, 0) + 1
         if message not in self._warned:
-            self._warned[message] = None
+            self._warned.add(message)
+            self._recent.append(message)
             log.warning("%s", message)
 
     def _read_gpus(self) -> list[GpuSample]:
@@ -253,7 +257,7 @@ class Agent:
             action_counts=frozen(self.coloc.action_counts),
             eaco_verdicts=frozen(self.coloc.eaco_verdicts),
             error_counts=frozen(self.error_counts),
-            warnings=tuple(self._warned),
+            warnings=tuple(self._recent),
             report_failing_s=failing,
             report_backlog=backlog,
         )
@@ -405,7 +409,7 @@ class Agent:
             action_counts=frozen(self.coloc.action_counts),
             eaco_verdicts=frozen(self.coloc.eaco_verdicts),
             error_counts=frozen(self.error_counts),
-            warnings=tuple(self._warned),
+            warnings=tuple(self._recent),
         )
 
     def run(self, stop: threading.Event, once: bool = False) -> None:

@@ -62,7 +62,7 @@ class AgentSnapshot:
     action_counts: Mapping[tuple[str, str], int] = field(default_factory=lambda: frozen({}))
     eaco_verdicts: Mapping[tuple[str, str], int] = field(default_factory=lambda: frozen({}))
     error_counts: Mapping[str, int] = field(default_factory=lambda: frozen({}))
-    warnings: tuple[str, ...] = ()  # each distinct problem logged so far, once
+    warnings: tuple[str, ...] = ()  # the latest distinct problems logged (each once)
     # reports (None when the agent sends none): how long deliveries have been failing,
     # and the batches waiting in the spool meanwhile
     report_failing_s: float | None = None
