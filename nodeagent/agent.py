@@ -200,13 +200,13 @@ class Agent:
         described = self.describer.describe(gpus, job_of_pid) if self.describer else ()
         host = self.describer.host() if self.describer else None
         self.samples_total += 1
-        self._report(now, finals)
+        self._publish(gpus, uses, jobs, rates, described, host, time.process_time() - t0)
+        self._report(now, finals)  # from the snapshot; its problems show in the next one
         # Pauses and ended jobs are saved at once (recovery depends on them); running
         # totals at most every STATE_SAVE_S, which is what a crash can lose.
         if actions or finals or now - self._last_save >= STATE_SAVE_S:
             self._last_save = now
             self.save_state()
-        self._publish(gpus, uses, jobs, rates, described, host, time.process_time() - t0)
         return actions
 
     def _publish(
@@ -385,7 +385,7 @@ class Agent:
         reports = list(finals)
         if due:
             self._last_report = now
-            reports += [a.report(self.node, final=False) for a in self.accounts.values()]
+            reports += [v.report for v in self.snapshot.jobs.values()]
         try:
             self.sender.send(reports)
         except OSError as exc:

@@ -88,7 +88,9 @@ def test_agent_snapshot_and_metrics_show_the_backlog(service, tmp_path):
     assert "slurm_ext_agent_report_backlog_batches 1.0" in text
     service.fail_with = None
     time.sleep(0.2)  # past the back-off
-    agent.step()  # the step's flush delivers the spooled batch
+    agent.step()  # the step's flush delivers the spooled batch ...
+    assert agent.snapshot.report_backlog == 1  # (published before its reports are sent)
+    agent.step()  # ... which the next snapshot shows
     assert agent.snapshot.report_failing_s == 0.0 and agent.snapshot.report_backlog == 0
     assert (
         "slurm_ext_agent_report_failing_seconds 0.0"
