@@ -225,23 +225,6 @@ class Agent:
         if self.sender is not None:
             failing = self.sender.failing_for()
             backlog = len(self.sender.pending()) if failing else 0
-        views = {}
-        for job, acc in self.accounts.items():
-            jp = jobs.get(job)
-            views[job] = JobView(
-                job_id=job,
-                klass=acc.klass,
-                qos=acc.qos,
-                partition=acc.partition,
-                pids=tuple(jp.pids) if jp else (),
-                procs=tuple(jp.cpu_by_proc) if jp else (),
-                from_environ=jp.from_environ if jp else False,
-                rss_bytes=jp.rss_bytes if jp else 0,
-                cpu_s=acc.cpu_s,
-                paused=job in self.coloc.paused,
-                progress_per_s=rates.get(job),
-                report=acc.report(self.node, final=False),
-            )
         self.snapshot = AgentSnapshot(
             node=self.node,
             taken_at=self.wall(),
@@ -249,7 +232,12 @@ class Agent:
             last_duration_s=duration_s,
             gpus=tuple(gpus),
             job_gpu=tuple(uses),
-            jobs=frozen(views),
+            jobs=frozen(
+                {
+                    job: JobView.of(acc, jobs.get(job), self.node, job in self.coloc.paused, rates)
+                    for job, acc in self.accounts.items()
+                }
+            ),
             gpu_processes=described,
             host=host,
             gpu_energy_total=frozen(self.gpu_energy_total),

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
-from nodeagent.accounts import JobGpuUse
+from nodeagent.accounts import JobAccount, JobGpuUse
+from nodeagent.cgroups import JobProcesses
 from nodeagent.gpu import GpuSample
 from nodeagent.procinfo import GpuProcessInfo, HostView
 from nodeagent.report import JobReport
@@ -44,6 +45,31 @@ class JobView:
     paused: bool
     progress_per_s: float | None  # as co-location read it this sample (guaranteed jobs)
     report: JobReport  # running totals, as the next report would carry them
+
+    @classmethod
+    def of(
+        cls,
+        acc: JobAccount,
+        jp: JobProcesses | None,
+        node: str,
+        paused: bool,
+        rates: Mapping[int, float | None],
+    ) -> JobView:
+        """The view of one job from its account and (None: not seen) its processes."""
+        return cls(
+            job_id=acc.job_id,
+            klass=acc.klass,
+            qos=acc.qos,
+            partition=acc.partition,
+            pids=tuple(jp.pids) if jp else (),
+            procs=tuple(jp.cpu_by_proc) if jp else (),
+            from_environ=jp.from_environ if jp else False,
+            rss_bytes=jp.rss_bytes if jp else 0,
+            cpu_s=acc.cpu_s,
+            paused=paused,
+            progress_per_s=rates.get(acc.job_id),
+            report=acc.report(node, final=False),
+        )
 
 
 @dataclass(frozen=True)
