@@ -74,7 +74,8 @@ def test_failing_reports_logged_once_then_bounded_then_recovery(service, tmp_pat
 
 def test_agent_snapshot_and_metrics_show_the_backlog(service, tmp_path):
     service.fail_with = 503
-    cfg = AgentConfig(node_name="gpu01", state_file="")
+    cfg = AgentConfig(node_name="gpu01", state_file="", proc_root=str(tmp_path / "proc"))
+    (tmp_path / "proc").mkdir()  # no processes: other jobs on this machine stay out of it
     cfg.jobs.source = "environ"
     cfg.report.interval_s = 0.0  # a report at every step
     sender = ReportSender(service.url, "gpu01", SECRET, tmp_path / "spool", backoff_base_s=0.01)
