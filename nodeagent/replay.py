@@ -61,9 +61,8 @@ class ReplayAgents:
     def actions(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for agent in self.agents.values():
-            with agent.lock:
-                for (kind, _code), n in agent.action_counts.items():
-                    out[kind] = out.get(kind, 0) + n
+            for (kind, _code), n in agent.snapshot.action_counts.items():
+                out[kind] = out.get(kind, 0) + n
         return out
 
     def stop(self) -> None:
