@@ -588,7 +588,7 @@ class Service:
                     self.config.backoff_max_s, self.config.interval_s * 2 ** min(self.failures, 10)
                 )
                 if self.metrics is not None:
-                    self.metrics.errors.inc()
+                    self.metrics.failed_passes.inc()
                 if isinstance(exc, SlurmError):
                     log.warning(
                         "pass failed (%d in a row), retrying in %.0fs: %s",

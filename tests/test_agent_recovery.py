@@ -112,7 +112,7 @@ def test_a_truncated_state_file_still_thaws_the_job(tmp_path, cg, keep):
     path.write_text(text[: max(int(len(text) * keep), text.index("]}") + 2)])
     del agent  # a crash, then a start with the damaged file
     again = make_agent(tmp_path, clock, sim)
-    assert again.paused == {}
+    assert again.coloc.paused == {}
     assert runs(o_pid)
 
 
@@ -130,7 +130,7 @@ def test_unknown_keys_and_garbage_do_not_stop_recovery(tmp_path, cg, caplog):
     path.write_text(json.dumps(doc))
     del agent
     again = make_agent(tmp_path, clock, sim)
-    assert again.paused == {}
+    assert again.coloc.paused == {}
     assert runs(o_pid)
     assert 601 in again.accounts  # the readable account is kept
     assert "from_a_newer_version" in caplog.text and "solo_util unreadable" in caplog.text
@@ -155,7 +155,7 @@ def test_a_pause_that_cannot_be_recorded_is_not_made(tmp_path, cg):
         sim.assign(o_pid, 0, GIB, 0.5)
         sim.assign(g_pid, 0, GIB, 0.3)
         agent.step()
-        assert agent.paused == {}
+        assert agent.coloc.paused == {}
         assert runs(o_pid)
     finally:
         os.chmod(state_dir, 0o700)
