@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from slurm_ext.model import JobState, Node
 from slurm_ext.store import DecisionRecord, JobRecord
 
-PRIVACY = ("full", "anonymous", "off")  # ServiceConfig.user_view
 MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
 
 

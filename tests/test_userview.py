@@ -301,7 +301,7 @@ def test_queue_and_explain_with_server(served):
     assert "job 2: PENDING (Slurm reason: Resources, priority -)" in res.output
     assert "rank 1 in queue 0" in res.output and "waiting for" in res.output
     res = runner.invoke(explain, ["--server", base, "999"])
-    assert res.exit_code == 1 and "job 999 is unknown to the service" in res.output
+    assert res.exit_code == 1 and "job 999 is not in the service's store" in res.output
     res = runner.invoke(queue, ["--server", base, "--all"])
     assert res.exit_code == 2 and "--all needs the store and Slurm here" in res.output
     res = runner.invoke(queue, ["--server", "ftp://example"])

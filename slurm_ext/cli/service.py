@@ -38,7 +38,6 @@ from slurm_ext.store import Store, StoreError
 from slurm_ext.store_lock import StoreLocked, lock_store
 from slurm_ext.userview import (
     ViewError,
-    ViewNotFound,
     explain_info,
     fetch_json,
     queue_row,
@@ -201,13 +200,11 @@ server_option = click.option(
 )
 
 
-def _from_server(server: str, path: str, missing: str | None = None) -> dict:
-    """The view's JSON document at `path`, or exit 1 saying why (`missing`: for a 404)."""
+def _from_server(server: str, path: str) -> dict:
+    """The view's JSON document at `path`, or exit 1 with the server's reason (a 404 says
+    whether the job is unknown or the view is off)."""
     try:
         return fetch_json(server, path)
-    except ViewNotFound as exc:
-        click.echo(f"slurm-ext: {missing or exc}", err=True)
-        sys.exit(1)
     except ViewError as exc:
         click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
@@ -293,8 +290,7 @@ def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict |
 def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
     if server:
-        missing = f"job {job_id} is unknown to the service at {server}"
-        info = _from_server(server, f"/v1/jobs/{job_id}", missing)
+        info = _from_server(server, f"/v1/jobs/{job_id}")
     else:
         info = _local_explain(load_service_config(config_path), job_id)
     if as_json:
