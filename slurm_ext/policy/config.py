@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from slurm_ext.config import choices, positive
 from slurm_ext.policy.kinds import parse_level
 
-POLICIES = ("gittins", "las", "fifo", "multifactor", "sjf", "srtf")
+POLICIES = ("gittins", "las", "fifo", "multifactor", "fairshare", "sjf", "srtf")
 ORACLES = ("sjf", "srtf")  # these read JobView.true_duration_s: simulator-only baselines
 
 
@@ -77,6 +77,19 @@ class PolicyConfig:
         simulator uses its cluster's own (SimConfig).
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
+    fairshare_*: policy "fairshare" is Slurm alone as sites run it (policy/fairshare.py):
+        priority = weight_age x min(age / max_age, 1) + weight x classic fair-share
+        factor of the job's user (usage decayed with half_life, factors recomputed
+        every calc_period). Defaults: Slurm's documented example weights (Age 1000,
+        Fairshare 10000) and its default PriorityMaxAge / PriorityDecayHalfLife (7
+        days) and PriorityCalcPeriod (5 min). Needs the user's factor from the shell
+        (the simulator's UsageLedger); without one every user reads 1.
+    fairshare_tier_width: for gittins, rank pending jobs by their user's fair-share tier
+        first and by the index within a tier: tier = floor(R / width), R = -log2(F) the
+        user's decayed usage over their fair share (policy/fairshare.py; the same
+        ledger as policy "fairshare"). Small widths approach Slurm's fair-share order,
+        large ones the index alone. 0: off. The wait guard still lifts a job above
+        every tier.
     """
 
     policy: str = choices(*POLICIES, default="gittins")
@@ -104,6 +117,12 @@ class PolicyConfig:
     preemption_restart_s: float = 30.0
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
+    fairshare_weight_age: float = 1000.0
+    fairshare_weight: float = 10000.0
+    fairshare_max_age_s: float = 7 * 86400.0
+    fairshare_half_life_s: float = 7 * 86400.0
+    fairshare_calc_period_s: float = positive(300.0)
+    fairshare_tier_width: float = 0.0
 
     def __post_init__(self) -> None:
         ts = list(self.queue_thresholds_gpu_s)
@@ -125,6 +144,8 @@ class PolicyConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {v}")
+        if self.fairshare_calc_period_s <= 0 or self.fairshare_tier_width < 0:
+            raise ValueError("fairshare_calc_period_s must be > 0, fairshare_tier_width >= 0")
         if self.max_preemptions < 0:
             raise ValueError("max_preemptions must be >= 0 (0: no cap)")
         if self.gittins_class_min_samples < 1:
@@ -144,3 +165,10 @@ class PolicyConfig:
     @property
     def oracle(self) -> bool:
         return self.policy in ORACLES
+
+    @property
+    def reads_fairshare(self) -> bool:
+        """Whether keys read the users' fair-share factors (the shell keeps the ledger)."""
+        return self.policy == "fairshare" or (
+            self.policy == "gittins" and self.fairshare_tier_width > 0
+        )

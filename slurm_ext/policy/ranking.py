@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from slurm_ext.model import Decision, JobView
 from slurm_ext.policy.config import PolicyConfig
+from slurm_ext.policy.fairshare import fairshare_tier, multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
 from slurm_ext.policy.kinds import Completed, KindTables
 
@@ -145,6 +146,7 @@ def key_and_change(
     job_name: str = "",
     account: str = "",
     time_limit_s: float | None = None,
+    fair_share: float = 1.0,
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
@@ -155,6 +157,9 @@ def key_and_change(
     thresholds and at Gittins grid points; pending jobs at promotion. SRTF changes
     continuously and returns 0. Only oracle policies read `true_duration_s`; the kind
     (user, job_name, account, time_limit_s) picks the Gittins table (policy/kinds.py).
+    `fair_share` is the user's fair-share factor at the last calc pass (policy
+    "fairshare", and gittins with `fairshare_tier_width`); keys that read it (and the age
+    factor) change at the next pass.
     """
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
@@ -224,12 +229,27 @@ def key_and_change(
                     left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
                     if left < after:
                         after = max(0.0, left)
+            if not running and config.fairshare_tier_width > 0 and score != GUARDED:
+                # fair-share tier first (re-read each calc pass), the index within it
+                score += fairshare_tier(fair_share, config.fairshare_tier_width)
+                after = min(after, _to_next_pass(now, config))
         return (prot, queue, score, submit_time, job_id), after
     after = math.inf
     if running and prot == 0:
         after = config.min_run_s - last_run_s
     if p == "fifo":
         return (prot, 0, 0.0, submit_time, job_id), after
+    if p == "fairshare":  # Slurm alone: age + fair-share, recomputed each calc pass
+        if running:
+            return (prot, 0, 0.0, submit_time, job_id), after
+        prio = multifactor_priority(
+            now - submit_time,
+            fair_share,
+            config.fairshare_weight_age,
+            config.fairshare_weight,
+            config.fairshare_max_age_s,
+        )
+        return (prot, 0, -float(prio), submit_time, job_id), _to_next_pass(now, config)
     if p == "multifactor":
         # age x w_a + gpus x w_s; the age term is now x w_a - submit x w_a, and now is shared.
         score = -(
@@ -246,6 +266,12 @@ def key_and_change(
         after = 0.0 if running else math.inf
         return (prot, 0, total - gpus * executed_s, submit_time, job_id), after
     raise ValueError(f"unknown policy {p!r}")
+
+
+def _to_next_pass(now: float, config: PolicyConfig) -> float:
+    """Seconds to the next fair-share calc pass (a boundary a hair away counts as now)."""
+    period = config.fairshare_calc_period_s
+    return (math.floor(now / period + 1e-9) + 1) * period - now
 
 
 def _key_and_change(
@@ -376,6 +402,8 @@ def explain(
             )
     elif p == "fifo":
         parts.append(f"fifo: submitted {job.submit_time:.0f}")
+    elif p == "fairshare":
+        parts.append(f"slurm multifactor priority {-key[2]:.0f} (age + fair-share)")
     elif p == "multifactor":
         age_h = max(0.0, now - job.submit_time) / 3600.0
         a = config.multifactor_age_weight * age_h
