@@ -4,9 +4,11 @@ Traces: `sim.users.synth_user_jobs` (recurring users), 64 GPUs (8 x 8), offered 
 --load, the simulator's Slurm model (`scheduler = "slurm"`: main scheduler + backfill
 with reservations from time limits); --flood N adds a user who floods the queue with N
 short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
-  slurm      Slurm alone as sites run it: policy "fairshare" (multifactor, age +
-             classic fair-share, policy/fairshare.py), no preemption (ratio 1)
-  fifo       Slurm alone with every weight 0 (plain FIFO + backfill; the earlier baseline)
+  slurm      Slurm alone as issue 16 defines it for avg JCT: fifo, no preemption
+             (`--policy fifo --scheduler slurm --no-preemptive`, ratio 1)
+  fs         Slurm alone with its fair-share factor on: policy "fairshare"
+             (multifactor, age + classic fair-share, policy/fairshare.py), no
+             preemption; the per-user target's baseline
   np         the shipped gittins defaults, no preemption
   sjf        the SJF oracle, no preemption (a bound for np, not a policy)
   half       gittins, preemptive, half the jobs preemptible, checkpoint every 15 min
@@ -14,8 +16,9 @@ short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
   srtf       the SRTF oracle, every job preemptible, checkpoint every 15 min
 and prints avg JCT / Slurm alone's for each, all / srtf, the p99 JCT of the widest 5%
 of jobs relative to Slurm alone's (np, half, all), the worst user's avg JCT relative to
-that user's under Slurm alone (np, half, all; users with >= 10 jobs), the avg JCT of
-the flooder's jobs and of everyone else's relative to Slurm alone (with --flood), the
+that user's under Slurm alone with fair-share (fs; np, half, all, and slurm itself;
+users with >= 10 jobs), the avg JCT of the flooder's jobs and of everyone else's
+relative to fs (with --flood), the
 most preemptions of one job (all), and with --frag the mean wait to first start of 4-
 and 8-GPU jobs and the GPUs idle for fragmentation (slurm, np; `Measured`).
 --placement picks the placement of every run (consolidate: Tiresias scoring, fewest
@@ -53,8 +56,8 @@ def runs(
     g = replace(PolicyConfig(), **overrides)
     pre = replace(base, preemptive=True, checkpoint_interval_s=CKPT)
     return {
-        "slurm": (PolicyConfig(policy="fairshare"), replace(base, preemptive=False)),
-        "fifo": (PolicyConfig(policy="fifo"), replace(base, preemptive=False)),
+        "slurm": (PolicyConfig(policy="fifo"), replace(base, preemptive=False)),
+        "fs": (PolicyConfig(policy="fairshare"), replace(base, preemptive=False)),
         "np": (g, replace(base, preemptive=False)),
         "sjf": (PolicyConfig(policy="sjf"), replace(base, preemptive=False)),
         "half": (g, replace(pre, preemptible_fraction=0.5)),
@@ -167,7 +170,7 @@ def main() -> None:
     args = ap.parse_args()
     labels = list(runs({}))
     if args.only:
-        labels = ["slurm"] + [x for x in args.only.split(",") if x != "slurm"]
+        labels = ["slurm", "fs"] + [x for x in args.only.split(",") if x not in ("slurm", "fs")]
     ss = seeds(args.seeds)
     key = (args.set, args.placement, args.flood, args.frag)
     tasks = [(s, args.jobs, args.load, lab, *key) for s in ss for lab in labels]
@@ -175,8 +178,8 @@ def main() -> None:
         res = dict(pool.map(one, tasks))
     print(
         f"# {args.jobs} jobs (+{args.flood} flooding), 64 GPUs, load {args.load}, slurm "
-        f"model, placement {args.placement}, overrides {args.set}; ratios vs Slurm alone "
-        "(fair-share)"
+        f"model, placement {args.placement}, overrides {args.set}; avg JCT vs Slurm alone "
+        "(fifo), user_* vs Slurm alone with fair-share (fs)"
     )
     cols = [x for x in labels if x != "slurm"]
     head = " ".join(f"{c:>6s}" for c in cols)
@@ -194,17 +197,19 @@ def main() -> None:
         for c in ("np", "half", "all"):
             if c in get:
                 extra[f"wide_{c}"] = get[c]["wide"] / base["wide"]
-        bu = base["users"]
-        for c in ("fifo", "np", "half", "all"):
+        bu = get["fs"]["users"]
+        for c in ("slurm", "np", "half", "all"):
             if c in get:
-                extra[f"user_{c}"] = max(v / bu[u] for u, v in get[c]["users"].items() if u in bu)
+                rs = [v / bu[u] for u, v in get[c]["users"].items() if u in bu]
+                extra[f"user_{c}"] = max(rs)  # the worst user's ratio
+                extra[f"over_{c}"] = sum(x > 1.2 for x in rs) / len(rs)  # share above 1.2x
         if args.flood:
-            for c in ("fifo", "np"):
-                if c in get:
-                    extra[f"others_{c}"] = get[c]["others"] / base["others"]
-                    extra[f"flood_{c}"] = get[c]["flood"] / base["flood"]
-        if args.frag:
             for c in ("slurm", "np"):
+                if c in get:
+                    extra[f"others_{c}"] = get[c]["others"] / get["fs"]["others"]
+                    extra[f"flood_{c}"] = get[c]["flood"] / get["fs"]["flood"]
+        if args.frag:
+            for c in ("slurm", "fs", "np"):
                 if c in get:
                     for g in (4, 8):  # mean wait (h) to first start of 4- and 8-GPU jobs
                         extra[f"wait{g}_{c}_h"] = get[c]["wait48"][g]

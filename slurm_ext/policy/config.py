@@ -84,12 +84,11 @@ class PolicyConfig:
         Fairshare 10000) and its default PriorityMaxAge / PriorityDecayHalfLife (7
         days) and PriorityCalcPeriod (5 min). Needs the user's factor from the shell
         (the simulator's UsageLedger); without one every user reads 1.
-    fairshare_tier_width: for gittins, rank pending jobs by their user's fair-share tier
-        first and by the index within a tier: tier = floor(R / width), R = -log2(F) the
-        user's decayed usage over their fair share (policy/fairshare.py; the same
-        ledger as policy "fairshare"). Small widths approach Slurm's fair-share order,
-        large ones the index alone. 0: off. The wait guard still lifts a job above
-        every tier.
+    fairshare_site_weight: for gittins, compose the index with Slurm's own priority
+        as a site would: key = Slurm's multifactor priority (the fairshare_* weights,
+        the user's factor from the shell's ledger) + this x the index mapped to [0, 1]
+        (`fairshare.index_site_factor`), the SiteFactor term. 0: off (the index alone).
+        The wait guard still lifts a job above every other.
     """
 
     policy: str = choices(*POLICIES, default="gittins")
@@ -122,7 +121,7 @@ class PolicyConfig:
     fairshare_max_age_s: float = 7 * 86400.0
     fairshare_half_life_s: float = 7 * 86400.0
     fairshare_calc_period_s: float = positive(300.0)
-    fairshare_tier_width: float = 0.0
+    fairshare_site_weight: float = 0.0
 
     def __post_init__(self) -> None:
         ts = list(self.queue_thresholds_gpu_s)
@@ -144,8 +143,8 @@ class PolicyConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {v}")
-        if self.fairshare_calc_period_s <= 0 or self.fairshare_tier_width < 0:
-            raise ValueError("fairshare_calc_period_s must be > 0, fairshare_tier_width >= 0")
+        if self.fairshare_calc_period_s <= 0 or self.fairshare_site_weight < 0:
+            raise ValueError("fairshare_calc_period_s must be > 0, fairshare_site_weight >= 0")
         if self.max_preemptions < 0:
             raise ValueError("max_preemptions must be >= 0 (0: no cap)")
         if self.gittins_class_min_samples < 1:
@@ -170,5 +169,5 @@ class PolicyConfig:
     def reads_fairshare(self) -> bool:
         """Whether keys read the users' fair-share factors (the shell keeps the ledger)."""
         return self.policy == "fairshare" or (
-            self.policy == "gittins" and self.fairshare_tier_width > 0
+            self.policy == "gittins" and self.fairshare_site_weight > 0
         )

@@ -61,11 +61,16 @@ def multifactor_priority(
     return math.floor(weight_age * age_factor(age_s, max_age_s) + weight_fairshare * fair_share)
 
 
-def fairshare_tier(fair_share: float, width: float) -> int:
-    """floor(R / width), R = -log2(F): the user's usage over their fair share."""
-    if fair_share >= 1.0:
-        return 0
-    return math.floor(-math.log2(max(fair_share, 1e-300)) / width)
+SITE_TOP_GPU_S = 60.0  # a predicted GPU-time this short or shorter gets the full term
+SITE_DECADES = 6.0  # ... and one 10^6 x longer (about 700 GPU-days) nothing
+
+
+def index_site_factor(index: float) -> float:
+    """A Gittins index as a SiteFactor share in [0, 1]: log-linear in the predicted
+    GPU-time 1 / index, 1 at SITE_TOP_GPU_S, 0 at SITE_DECADES decades beyond."""
+    if index <= 0:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 + math.log10(index * SITE_TOP_GPU_S) / SITE_DECADES))
 
 
 @dataclass

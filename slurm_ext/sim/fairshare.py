@@ -2,7 +2,7 @@
 
 `policy.fairshare.UsageLedger` does the arithmetic; this shell feeds it the running
 jobs at each calc pass and the jobs' ends, so the keys of policy "fairshare" (Slurm
-alone with its fair-share factor) and of gittins with `fairshare_tier_width` read the
+alone with its fair-share factor) and of gittins with `fairshare_site_weight` read the
 factor Slurm would hold at that time.
 """
 
