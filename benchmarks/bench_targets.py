@@ -42,6 +42,8 @@ from multiprocessing import Pool
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.metrics import percentile
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.users import FLOOD_USER, synth_user_jobs, with_flooder
 
 CKPT = 900.0
@@ -119,9 +121,12 @@ def per_user(jobs) -> dict[str, float]:
 
 
 def one(args: tuple) -> tuple[tuple, dict]:
-    seed, n, load, label, overrides, placement, flood, frag = args
+    seed, n, load, label, overrides, placement, flood, frag, model = args
     cfg, cl = runs(json.loads(overrides), placement)[label]
-    trace = synth_user_jobs(n, 64, load=load, seed=seed)
+    if model == "flat":  # the earlier generator: independent jobs, no kinds or limits
+        trace = fill_time_limits(synth_jobs(n, 64, load=load, seed=seed), seed)
+    else:
+        trace = synth_user_jobs(n, 64, load=load, seed=seed)
     trace = with_flooder(trace, flood, seed=seed)
     sim = (Measured if frag else Simulator)(trace, cfg, replace(cl, seed=seed))
     jobs = sim.run()
@@ -166,18 +171,19 @@ def main() -> None:
     ap.add_argument("--placement", default="consolidate", help="consolidate|spread|profile")
     ap.add_argument("--flood", type=int, default=0, help="jobs of a flooding user (0: none)")
     ap.add_argument("--frag", action="store_true", help="measure fragmentation (slower)")
+    ap.add_argument("--model", default="users", help="trace model: users (default) | flat")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args()
     labels = list(runs({}))
     if args.only:
         labels = ["slurm", "fs"] + [x for x in args.only.split(",") if x not in ("slurm", "fs")]
     ss = seeds(args.seeds)
-    key = (args.set, args.placement, args.flood, args.frag)
+    key = (args.set, args.placement, args.flood, args.frag, args.model)
     tasks = [(s, args.jobs, args.load, lab, *key) for s in ss for lab in labels]
     with Pool(args.workers) as pool:
         res = dict(pool.map(one, tasks))
     print(
-        f"# {args.jobs} jobs (+{args.flood} flooding), 64 GPUs, load {args.load}, slurm "
+        f"# {args.model} model, {args.jobs} jobs (+{args.flood} flooding), 64 GPUs, load {args.load}, slurm "
         f"model, placement {args.placement}, overrides {args.set}; avg JCT vs Slurm alone "
         "(fifo), user_* vs Slurm alone with fair-share (fs)"
     )
