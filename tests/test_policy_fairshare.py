@@ -134,17 +134,3 @@ def test_config_rejects_bad_fairshare_settings():
     with pytest.raises(ValueError, match="fairshare"):
         PolicyConfig(fairshare_site_weight=-1)
     assert math.isclose(PolicyConfig().fairshare_half_life_s, 7 * DAY)
-
-
-def test_wait_guard_cap_guards_long_predictions_sooner():
-    from slurm_ext.policy.gittins import GittinsTable
-
-    table = GittinsTable.from_samples([1.6e6] * 50, 60.0, 4)  # ~28 GPU-h jobs
-    # a 16-GPU job of that kind: predicted run 1e5 s, guard at 10 x that uncapped
-    cfg = PolicyConfig(gittins_index="whole", wait_guard_factor=10.0, min_run_s=0)
-    args = (table, 86400.0 + 1, 1, 16, 0.0, 0.0, 0.0, False, 0.0, None, None, None)
-    assert key_and_change(cfg, *args)[0][2] != GUARDED
-    capped = replace(cfg, wait_guard_max_s=86400.0)
-    assert key_and_change(capped, *args)[0][2] == GUARDED
-    with pytest.raises(ValueError, match="wait_guard_max_s"):
-        PolicyConfig(wait_guard_max_s=-1)

@@ -66,9 +66,6 @@ class PolicyConfig:
         doubles each time its wait passes 1, 3, 7, ... x (factor x predicted run)
         (wait_guard = "age": aging in the job's own predicted service, as the response
         ratio of HRRN, in steps so keys change at events). 0 disables.
-    wait_guard_max_s: the wait guard's unit (factor x predicted run) is at most this
-        many seconds, so a job predicted to run long (wide kinds: a 16-GPU job's
-        GPU-time ranks it last) is guarded after this wait at the latest. 0: no cap.
     max_preemptions: a running job preempted this many times already is not preempted
         again (0: no cap); bounds the requeues of one job on long, backlogged runs.
     preemption_cost: weigh a requeue's cost against the waiting job's gain
@@ -113,7 +110,6 @@ class PolicyConfig:
     gittins_index: str = choices("auto", "quantum", "whole", default="auto")
     wait_guard_factor: float = 10.0
     wait_guard: str = choices("promote", "age", default="promote")
-    wait_guard_max_s: float = 0.0
     max_preemptions: int = 50
     preemption_cost: bool = True
     preemption_checkpoint_s: float = 900.0
@@ -141,8 +137,8 @@ class PolicyConfig:
             raise ValueError("min_run_s must be >= 0")
         if self.gittins_grid_start_gpu_s <= 0 or self.gittins_grid_per_decade < 1:
             raise ValueError("gittins grid must start > 0 with >= 1 point per decade")
-        if self.wait_guard_factor < 0 or self.wait_guard_max_s < 0:
-            raise ValueError("wait_guard_factor and wait_guard_max_s must be >= 0 (0: off)")
+        if self.wait_guard_factor < 0:
+            raise ValueError("wait_guard_factor must be >= 0 (0: off)")
         for name in ("preemption_checkpoint_s", "preemption_restart_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):

@@ -217,8 +217,6 @@ def key_and_change(
                 # over its GPUs) -> ahead of every unguarded job, first come first served
                 since = waiting_since if waiting_since is not None else submit_time
                 unit = config.wait_guard_factor / (index * gpus)  # factor x predicted run
-                if config.wait_guard_max_s > 0:  # ... at most this long
-                    unit = min(unit, config.wait_guard_max_s)
                 if config.wait_guard == "promote":
                     left = since + unit - now
                     if left <= 0.0:
