@@ -29,6 +29,9 @@ any node set, the largest free nodes first and the last one best fit).
     .venv/bin/python benchmarks/bench_targets.py --seeds 7-12 --set '{"max_preemptions": 20}'
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --flood 600 --only np
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --frag --only np --placement spread
+    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --only np --model flat
+--model flat runs `sim.synth` traces (jobs drawn independently, limits from
+`fill_time_limits`) instead of recurring users, to check a rule on another shape.
 """
 
 from __future__ import annotations
