@@ -39,6 +39,7 @@ def test_slurm_formulas():
 
 def test_ledger_charges_decays_and_orders_users():
     led = UsageLedger({"a", "b"}, half_life_s=3600.0, calc_period_s=300.0)
+    led.advance(0.0, [])  # the first pass starts the clock
     led.charge("a", 8, 0.0, 600.0)  # a job of a's ended at 600 s
     led.advance(900.0, [("b", 1, 600.0)])  # b's job runs since 600 s
     assert led.last == 900.0
@@ -52,6 +53,16 @@ def test_ledger_charges_decays_and_orders_users():
     assert led.last == 900.0
     with pytest.raises(ValueError, match="calc period"):
         UsageLedger(set(), 3600.0, 0.0)
+
+
+def test_ledger_starts_its_clock_at_the_first_pass():
+    """A trace at epoch times: the first pass must not decay usage over 50 years."""
+    led = UsageLedger({"a", "b"}, half_life_s=3600.0, calc_period_s=300.0)
+    t0 = 1.7e9
+    led.charge("a", 1, t0, t0 + 60.0)  # ended before any pass ran
+    led.advance(t0 + 300.0, [])
+    assert led.raw["a"] == pytest.approx(60 * led.decay**60)
+    assert led.factor("a") < 1.0 == led.factor("b")
 
 
 def test_fairshare_key_light_user_first_then_age_and_next_pass():

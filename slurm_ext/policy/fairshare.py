@@ -87,7 +87,7 @@ class UsageLedger:
     half_life_s: float
     calc_period_s: float
     raw: dict[str, float] = field(default_factory=dict)
-    last: float = 0.0  # time of the last decay pass (g_last_ran)
+    last: float | None = None  # time of the last decay pass (g_last_ran); None: none yet
     factors: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -98,7 +98,7 @@ class UsageLedger:
     def charge(self, user: str, gpus: int, start: float, end: float) -> None:
         """A job's use from max(start, last pass) to `end` (its end, or a pass)."""
         self.users.add(user)
-        dt = end - max(start, self.last)
+        dt = end - (start if self.last is None else max(start, self.last))
         if dt > 0 and gpus > 0:
             self.raw[user] = self.raw.get(user, 0.0) + gpus * dt * self.decay**dt
 
@@ -106,9 +106,10 @@ class UsageLedger:
         """The decay pass at the last boundary <= now: decay, charge running jobs
         ((user, GPUs, start) each) up to it, recompute every user's factor."""
         at = math.floor(now / self.calc_period_s + 1e-9) * self.calc_period_s  # see ranking
-        if at <= self.last:
+        if self.last is not None and at <= self.last:
             return
-        d = self.decay ** (at - self.last)
+        # the first pass starts the clock (a trace may start at any epoch time)
+        d = 1.0 if self.last is None else self.decay ** (at - self.last)
         for u in self.raw:
             self.raw[u] *= d
         for user, gpus, start in running:

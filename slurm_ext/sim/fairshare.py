@@ -26,7 +26,7 @@ class SimLedger(UsageLedger):
 
     def at(self, user: str, now: float, running: Iterable[_Job]) -> float:
         """The user's factor at `now` (after the decay pass of the last boundary)."""
-        if now - self.last >= self.calc_period_s * (1 - 1e-9):
+        if self.last is None or now - self.last >= self.calc_period_s * (1 - 1e-9):
             self.advance(now, ((j.user, j.gpus, j.start) for j in running))
         return self.factor(user)
 
