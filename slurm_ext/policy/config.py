@@ -143,8 +143,18 @@ class PolicyConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {v}")
-        if self.fairshare_calc_period_s <= 0 or self.fairshare_site_weight < 0:
-            raise ValueError("fairshare_calc_period_s must be > 0, fairshare_site_weight >= 0")
+        if self.fairshare_calc_period_s <= 0:
+            raise ValueError("fairshare_calc_period_s must be > 0")
+        for name in (
+            "fairshare_weight_age",
+            "fairshare_weight",
+            "fairshare_max_age_s",
+            "fairshare_half_life_s",
+            "fairshare_site_weight",
+        ):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {v}")
         if self.max_preemptions < 0:
             raise ValueError("max_preemptions must be >= 0 (0: no cap)")
         if self.gittins_class_min_samples < 1:
