@@ -57,7 +57,7 @@ def make_gpu_reader(backend: str, config: AgentConfig) -> GpuReader | None:
 
 
 @click.group()
-@click.version_option(__version__, prog_name="slurm-ext-agent")
+@click.version_option(__version__, "-V", "--version", prog_name="slurm-ext-agent")
 @click.option(
     "-v", "--verbose", count=True, help="Log more than the configured log_level (-vv: debug)."
 )

@@ -135,8 +135,9 @@ def test_show_names_the_user_of_a_gpu_outside_any_job(tmp_path, outsider):
 
 
 def test_version_and_verbose(tmp_path):
-    r = subprocess.run([*AGENT, "--version"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == f"slurm-ext-agent, version {__version__}"
+    for flag in ("--version", "-V"):  # -v is --verbose, as in slurm-ext
+        r = subprocess.run([*AGENT, flag], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == f"slurm-ext-agent, version {__version__}"
     cfg = tmp_path / "agent.toml"  # no RAPL there: a warning to log, or not
     cfg.write_text(f'[energy]\nrapl_root = "{tmp_path}/none"\n[jobs]\nsource = "environ"\n')
     show = ["show", "--config", str(cfg), "--backend", "none", "--wait", "0"]

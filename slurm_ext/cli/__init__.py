@@ -40,7 +40,7 @@ COMMANDS = (
 
 
 @click.group(commands=COMMANDS)
-@click.version_option(__version__, prog_name="slurm-ext")
+@click.version_option(__version__, "-V", "--version", prog_name="slurm-ext")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:
     """GPU-aware scheduling extensions for Slurm."""

@@ -52,6 +52,7 @@ from slurm_ext.policy.ranking import key_and_change, starved
 from slurm_ext.sim.backfill import NodeSteps
 from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
 from slurm_ext.sim.cpus import cpu_speed, even_share
+from slurm_ext.sim.fairshare import fairshare_ledger
 from slurm_ext.sim.scheduler import SlurmPasses
 from slurm_ext.sim.simjob import SCHEDULERS, SimConfig, SimJob
 from slurm_ext.sim.traces import TraceJob
@@ -105,6 +106,8 @@ class Simulator(SlurmPasses, NodeClearing):
         self.table: GittinsTable | None = None
         if policy.policy == "gittins" and self.history:
             self.table = build_table(list(self.history), self.cfg)
+        # Slurm's fair-share usage per user, when keys read it (policy/fairshare.py)
+        self.ledger = fairshare_ledger(self.cfg, self.jobs)
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.timeouts = 0
@@ -293,6 +296,7 @@ class Simulator(SlurmPasses, NodeClearing):
         """
         old = job.key
         running = job.running
+        fs = 1.0 if self.ledger is None else self.ledger.at(job.user, now, self.running_jobs)
         # the numbers `job.view(now)` would hold, without building it
         if running:
             ran = now - job.start
@@ -314,6 +318,7 @@ class Simulator(SlurmPasses, NodeClearing):
                 job.name,
                 job.account,
                 job.limit,
+                fs,
             )
         else:
             key, after = key_and_change(
@@ -334,6 +339,7 @@ class Simulator(SlurmPasses, NodeClearing):
                 job.name,
                 job.account,
                 job.limit,
+                fs,
             )
         if not wake or key != old:
             job.key = key
@@ -490,6 +496,8 @@ class Simulator(SlurmPasses, NodeClearing):
 
     def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
         self.epoch += 1
+        if self.ledger is not None:
+            self.ledger.charge(job.user, job.gpus, job.start, now)
         ran = now - job.start
         job.progress = min(job.duration, job.progress + max(0.0, ran - job.overhead) / job.slowdown)
         job.attained += job.gpus * ran
