@@ -88,7 +88,9 @@ def serve_http(
     on_reports: Callable[[list[JobReport]], int],
     job_nodes: JobNodes | None = None,
     limits: ListenerLimits | None = None,
+    view=None,
 ) -> ReportListener:
     """Start the listener on its own thread; returns it (call .shutdown()).
-    `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs."""
-    return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits)
+    `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs.
+    `view`: the read-only user view (slurm_ext.userview_http.UserView), or None."""
+    return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits, view=view)
