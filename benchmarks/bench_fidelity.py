@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 import tempfile
 from dataclasses import replace
@@ -35,13 +36,14 @@ from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.cli import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
-from slurm_ext.replay.service import service_interval_s, with_checkpoints
-from slurm_ext.replay.slurmconf import backfill_settings
+from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
+from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, backfill_settings
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob, read_trace
+from slurm_ext.sim.users import synth_user_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 TIRESIAS_60 = (
@@ -49,10 +51,15 @@ TIRESIAS_60 = (
     ROOT.parent / "shared" / "traces" / "tiresias-60job.csv",
 )
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
+# a requeued payload's restart in wall seconds: Slurm's launch and the interpreter's start
+# before it resumes work (records.json: runs last ~0.1 s wall longer than their work)
+RESTART_WALL_S = 0.1
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 
 
-def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] | None:
+def load_trace(
+    name: str, jobs: int, gpus: int, load: float, users: int = 8
+) -> list[TraceJob] | None:
     if name == "tiresias60":
         for path in TIRESIAS_60:
             if path.exists():
@@ -61,7 +68,9 @@ def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] |
         return None
     if name.startswith("synth") and name[5:].isdigit():
         return synth_jobs(jobs, gpus, load, int(name[5:]))
-    raise SystemExit(f"unknown trace {name!r} (synthN or tiresias60)")
+    if name.startswith("users") and name[5:].isdigit():  # recurring users' kinds of jobs
+        return synth_user_jobs(jobs, gpus, load, int(name[5:]), users=users)
+    raise SystemExit(f"unknown trace {name!r} (synthN, usersN or tiresias60)")
 
 
 def _cmp(a: float, b: float) -> int:
@@ -109,7 +118,7 @@ def sim_inputs(
             time_limit_s=p.limit_min * 60.0 * speedup,
             checkpoint=p.preemptible,
             user=user,
-            job_name=p.name,
+            job_name=p.kind_name,
         )
         for p in planned
     ]
@@ -124,6 +133,8 @@ def sim_inputs(
         bf_window_s=bf.window_min * 60.0 * speedup,
         pass_interval_s=service_interval_s(speedup) * speedup if mode != "slurm" else 0.0,
         checkpoint_interval_s=args.checkpoint_interval,
+        restart_overhead_s=RESTART_WALL_S * speedup,
+        requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,
         seed=args.seed,
     )
     return jobs, cluster
@@ -138,14 +149,26 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--jobs", type=int, default=150, help="jobs per synthetic trace")
     ap.add_argument("--load", type=float, default=1.0, help="synthetic offered load")
+    ap.add_argument("--users", type=int, default=8, help="users of a usersN trace")
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--gpus-per-node", type=int, default=4)
     ap.add_argument("--speedup", type=float, default=None, help="default: replay's auto speedup")
     ap.add_argument("--checkpoint-interval", type=float, default=1800.0)
     ap.add_argument("--preemptible-fraction", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--no-requeue-hold",
+        dest="requeue_hold",
+        action="store_false",
+        help="simulate without Slurm's hold of requeued jobs (cred_expire + 1 wall s)",
+    )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
+    ap.add_argument(
+        "--live-from",
+        default=None,
+        help="a --workdir of an earlier run: reuse its live rows, only simulate again",
+    )
     args = ap.parse_args()
     if args.traces is None:
         args.traces = "synth1,synth2,tiresias60" if args.full else "tiresias60"
@@ -163,24 +186,46 @@ def main() -> int:
     return 0
 
 
+def live_row(
+    args: argparse.Namespace,
+    trace: list[TraceJob],
+    name: str,
+    mode: str,
+    speedup: float,
+    work: Path,
+) -> dict:
+    """The live replay's summary row: replayed now (and saved as row.json beside its
+    records), or read back from `--live-from DIR` to simulate again without replaying."""
+    if args.live_from:
+        saved = Path(args.live_from) / name / mode / "row.json"
+        if not saved.exists():
+            raise SystemExit(f"--live-from: no {saved}")
+        return json.loads(saved.read_text())
+    row = replay_mode(
+        trace, mode, work / name / mode, speedup, args.checkpoint_interval,
+        args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
+    )  # fmt: skip
+    (work / name / mode / "row.json").write_text(json.dumps(row, indent=1))
+    return row
+
+
 def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[tuple]:
     rows: list[tuple] = []
     for name in args.traces.split(","):
-        trace = load_trace(name, args.jobs, gpus, args.load)
+        trace = load_trace(name, args.jobs, gpus, args.load, args.users)
         if trace is None:
             continue
         trace = fill_time_limits(trace, args.seed)
         speedup = args.speedup or auto_speedup(trace, gpus)
         live, sim = {}, {}
         for mode in modes:
-            row = replay_mode(
-                trace, mode, work / name / mode, speedup, args.checkpoint_interval,
-                args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
-            )  # fmt: skip
+            row = live_row(args, trace, name, mode, speedup, work)
             live[mode] = row["avg_jct_s"]
             policy = with_checkpoints(
                 replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
             )
+            if args.requeue_hold:  # as the replay tells its service (replay.service)
+                policy = with_requeue_hold(policy, speedup)
             sim_trace, cluster = sim_inputs(trace, args, mode, speedup)
             out, _ = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]

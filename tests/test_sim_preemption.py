@@ -5,6 +5,7 @@ clearing tables against the rule, and the costs of preemption in the simulator."
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -252,3 +253,22 @@ def test_pass_interval_delays_the_policy_to_its_ticks():
     sim, jobs = _run(pass_interval_s=120.0)
     assert jobs[2].first_start == pytest.approx(120.0) and sim.preemptions == 1
     assert jobs[1].finish == pytest.approx(160 + 5 + 880)
+
+
+def test_requeue_delay_holds_a_preempted_job_and_counts_in_the_cost_rule():
+    """Slurm keeps a requeued job ineligible for cred_expire + 1 s: the simulator's
+    `requeue_delay_s`. A, preempted at 50, may start again only at 150 though B ends at
+    90 and the GPU is free; and the cost rule counts the delay as lost time."""
+    free_rule = replace(LAS, preemption_cost=False)
+    cl = SimConfig(nodes=1, gpus_per_node=1, restart_overhead_s=5, requeue_delay_s=100.0)
+    sim = Simulator(TWO, free_rule, cl)
+    jobs = {j.id: j for j in sim.run()}
+    assert sim.preemptions == 1 and jobs[2].finish == pytest.approx(90.0)
+    assert jobs[1].finish == pytest.approx(150 + 5 + 950)
+    # with the cost rule: requeueing A at 50 loses 105 GPU-s (restart 5 + hold 100), more
+    # than B has waited (40): B waits for A instead
+    sim = Simulator(TWO, LAS, cl)
+    jobs = {j.id: j for j in sim.run()}
+    assert sim.preemptions == 0 and jobs[2].first_start == pytest.approx(1000.0)
+    with pytest.raises(ValueError, match="requeue_delay_s"):
+        SimConfig(requeue_delay_s=-1.0)

@@ -111,9 +111,9 @@ class NodeClearing:
         if self.cfg.preemption_cost:  # estimated as the service does: from its stint's start
             cl = self.cl
             ran = now - job.start
-            lost = requeue_cost_gpu_s(
-                job.gpus, ran, cl.checkpoint_interval_s, cl.restart_overhead_s
-            )
+            # Slurm's hold of a requeued job delays it as a restart does
+            restart = cl.restart_overhead_s + cl.requeue_delay_s
+            lost = requeue_cost_gpu_s(job.gpus, ran, cl.checkpoint_interval_s, restart)
         return RunningJob(
             job.id,
             tuple(job.alloc),

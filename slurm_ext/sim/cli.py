@@ -165,6 +165,13 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
     help="Seconds a preempted job loses on restart.",
 )
 @click.option(
+    "--requeue-delay",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds a requeued job stays ineligible (Slurm: cred_expire + 1, 121 by default).",
+)
+@click.option(
     "--history",
     "history_path",
     type=click.Path(exists=True),
@@ -247,6 +254,7 @@ def simulate(
     seed,
     placement,
     restart_overhead,
+    requeue_delay,
     history_path,
     cpus_per_node,
     cpu_knees,
@@ -281,6 +289,7 @@ def simulate(
             scheduler=scheduler,
             placement=placement,
             restart_overhead_s=restart_overhead,
+            requeue_delay_s=requeue_delay,
             history=_read_history(history_path) if history_path else [],
             cpus_per_node=cpus_per_node,
             cpu_knees={**DEFAULT_KNEES, **_parse_knees(cpu_knees)},

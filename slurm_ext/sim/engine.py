@@ -519,6 +519,10 @@ class Simulator(SlurmPasses, NodeClearing):
             self.lost_work_gpu_s += (job.progress - kept) * job.gpus
             job.progress = kept
         job.waiting_since = now
+        if self.cl.requeue_delay_s > 0:  # Slurm holds it (begin time): re-filed on a wake
+            job.key, job.key_ver = (), job.key_ver + 1
+            self._push_event(now + self.cl.requeue_delay_s, WAKE, job, job.key_ver)
+            return
         self._rekey(job, now)
 
     def _complete(self, job: SimJob, now: float) -> None:

@@ -19,6 +19,10 @@ class SimConfig:
 
     restart_overhead_s: wall time a preempted job loses when it restarts (checkpoint
         reload, warm-up); counted as GPU time held, not as progress.
+    requeue_delay_s: how long a preempted job stays ineligible before it may start again,
+        holding nothing: Slurm sets a requeued batch job's begin time to now +
+        cred_expire + 1 s (121 s by default; 6 s on the test harness, i.e. 6 x speedup
+        trace seconds in a live replay). 0: it may restart at once.
     history_refresh: rebuild the Gittins table after this many completions at most
         (sooner while the history is small: every 25% growth).
     history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds,
@@ -52,6 +56,7 @@ class SimConfig:
     preemptive: bool = True
     placement: str = "consolidate"
     restart_overhead_s: float = 30.0
+    requeue_delay_s: float = 0.0
     history_refresh: int = 1000
     history: list[float | tuple[int, float] | Completed] = field(default_factory=list)
     scheduler: str = "slurm"
@@ -75,7 +80,12 @@ class SimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        for name in ("pass_interval_s", "checkpoint_interval_s", "restart_overhead_s"):
+        for name in (
+            "pass_interval_s",
+            "checkpoint_interval_s",
+            "restart_overhead_s",
+            "requeue_delay_s",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
