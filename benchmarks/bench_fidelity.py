@@ -32,6 +32,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+import fidelity_jobs
+
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.cli import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
@@ -209,6 +211,28 @@ def live_row(
     return row
 
 
+def per_job(
+    args: argparse.Namespace,
+    work: Path,
+    name: str,
+    mode: str,
+    trace: list[TraceJob],
+    speedup: float,
+    sim_run: list,
+) -> None:
+    """Where live and simulated runs part, job by job (printed, and kept as per_job.txt)."""
+    records = Path(args.live_from or work) / name / mode / "records.json"
+    if not records.exists():
+        return
+    lines = fidelity_jobs.compare(
+        fidelity_jobs.live_jobs(records, trace, speedup), fidelity_jobs.sim_jobs(sim_run)
+    )
+    out = work / name / mode
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "per_job.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(f"  {line}" for line in lines), flush=True)
+
+
 def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[tuple]:
     rows: list[tuple] = []
     for name in args.traces.split(","):
@@ -227,8 +251,9 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
             if args.requeue_hold:  # as the replay tells its service (replay.service)
                 policy = with_requeue_hold(policy, speedup)
             sim_trace, cluster = sim_inputs(trace, args, mode, speedup)
-            out, _ = simulate(sim_trace, policy, cluster)
+            out, sim_run = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]
+            per_job(args, work, name, mode, trace, speedup, sim_run)
             rows.append((name, len(trace), speedup, mode, live[mode], sim[mode], row))
             print(
                 f"{name} {mode}: live {live[mode]:.0f} s, sim {sim[mode]:.0f} s, "

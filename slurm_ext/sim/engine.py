@@ -449,6 +449,8 @@ class Simulator(SlurmPasses, NodeClearing):
                         can_preempt = False  # nobody ranks below this job or the next
                     elif self._may_make_room(job):
                         alloc = self._make_room(job, now)
+                        # the service requeues for its best waiting job once per pass
+                        can_preempt = not self.cl.one_preemption_per_pass
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
                     break

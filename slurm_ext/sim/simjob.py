@@ -39,6 +39,9 @@ class SimConfig:
         seconds here), bf_max_job_test, bf_interval and bf_resolution ("slurm" only).
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
+    one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
+        service does (it requeues victims for its best waiting job, then waits for its
+        next pass); False: for every job of the pass that cannot start.
     checkpoint_interval_s: a preempted job resumes from its last checkpoint, the last
         multiple of this of its progress (work seconds); the rest is lost work. 0: no loss.
     preemptible_fraction: the share of jobs that may be preempted (opted in to requeue),
@@ -67,6 +70,7 @@ class SimConfig:
     bf_interval_s: float = 30.0
     bf_resolution_s: float = 60.0
     pass_interval_s: float = 0.0
+    one_preemption_per_pass: bool = False
     checkpoint_interval_s: float = 0.0
     preemptible_fraction: float | None = None
     seed: int = 0
