@@ -272,3 +272,27 @@ def test_requeue_delay_holds_a_preempted_job_and_counts_in_the_cost_rule():
     assert sim.preemptions == 0 and jobs[2].first_start == pytest.approx(1000.0)
     with pytest.raises(ValueError, match="requeue_delay_s"):
         SimConfig(requeue_delay_s=-1.0)
+
+
+def test_one_preemption_per_pass_as_the_service_does():
+    """The service requeues for its best waiting job once per pass; the simulator does so
+    for every blocked job of a pass unless `one_preemption_per_pass`. Two long jobs hold
+    a 2-GPU node; two short ones arrive at 10 and outrank them from t=50 on."""
+    trace = [
+        TraceJob(job_id=1, gpus=1, submit_time=0, duration_s=1000),
+        TraceJob(job_id=2, gpus=1, submit_time=0, duration_s=1000),
+        TraceJob(job_id=3, gpus=1, submit_time=10, duration_s=20),
+        TraceJob(job_id=4, gpus=1, submit_time=10, duration_s=20),
+    ]
+    free_rule = replace(LAS, preemption_cost=False)
+
+    def run(one: bool) -> tuple[list[float], int]:
+        cl = SimConfig(nodes=1, gpus_per_node=2, pass_interval_s=100.0)
+        cl = replace(cl, restart_overhead_s=0.0, one_preemption_per_pass=one)
+        sim = Simulator(trace, free_rule, cl)
+        jobs = {j.id: j for j in sim.run()}
+        return sorted([jobs[3].first_start, jobs[4].first_start]), sim.preemptions
+
+    assert run(False) == ([100.0, 100.0], 2)
+    # one requeue at the tick of 100; the other short job takes its GPU when it ends
+    assert run(True) == ([100.0, 120.0], 1)
