@@ -30,6 +30,7 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import fidelity_jobs
@@ -40,6 +41,7 @@ from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
 from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, backfill_settings
+from slurm_ext.service import ServiceConfig
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs
@@ -52,6 +54,9 @@ TIRESIAS_60 = (
     ROOT / "tests" / "data" / "tiresias-60job.csv",
     ROOT.parent / "shared" / "traces" / "tiresias-60job.csv",
 )
+# the simulator is re-run with the service's pass period x these: the spread shows how
+# much one run's timing (Slurm's and the service's latency) can move the result
+PERIOD_JITTER = (0.9, 0.95, 1.05, 1.1)
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
 # a requeued payload's restart in wall seconds: Slurm's launch and the interpreter's start
 # before it resumes work (records.json: runs last ~0.1 s wall longer than their work)
@@ -101,8 +106,27 @@ def orders_agree(live: dict[str, float], sim: dict[str, float]) -> str:
     return "NO" if any(x * y < 0 for x, y in signs) else "yes (up to ties)"
 
 
+def pass_period_s(log: Path) -> float | None:
+    """The live service's mean time between passes (wall s) from its log: its interval
+    plus each pass's own time, which the simulator's pass interval must match."""
+    if not log.exists():
+        return None
+    stamps = [
+        datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for line in log.read_text().splitlines()
+        if " pass: " in line
+    ]
+    if len(stamps) < 2:
+        return None
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
 def sim_inputs(
-    trace: list[TraceJob], args: argparse.Namespace, mode: str, speedup: float
+    trace: list[TraceJob],
+    args: argparse.Namespace,
+    mode: str,
+    speedup: float,
+    pass_wall_s: float | None = None,
 ) -> tuple[list[TraceJob], SimConfig]:
     """The trace and cluster the simulator must use to match the live replay: the time
     limits Slurm really enforced (rounded up to whole wall minutes by `replay.plan`), the
@@ -133,7 +157,12 @@ def sim_inputs(
         bf_interval_s=bf.interval_s * speedup,
         bf_resolution_s=bf.resolution_s * speedup,
         bf_window_s=bf.window_min * 60.0 * speedup,
-        pass_interval_s=service_interval_s(speedup) * speedup if mode != "slurm" else 0.0,
+        pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
+        if mode != "slurm"
+        else 0.0,
+        # the service requeues for its best waiting job once a pass, at most its cap
+        one_preemption_per_pass=True,
+        max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
         checkpoint_interval_s=args.checkpoint_interval,
         restart_overhead_s=RESTART_WALL_S * speedup,
         requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,
@@ -250,10 +279,23 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
             )
             if args.requeue_hold:  # as the replay tells its service (replay.service)
                 policy = with_requeue_hold(policy, speedup)
-            sim_trace, cluster = sim_inputs(trace, args, mode, speedup)
+            live_dir = Path(args.live_from or work) / name / mode
+            period = pass_period_s(live_dir / "service.log")
+            sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period)
             out, sim_run = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]
             per_job(args, work, name, mode, trace, speedup, sim_run)
+            spread = (sim[mode], sim[mode])
+            if mode != "slurm":  # how much the service's pass timing alone moves it
+                base = period or service_interval_s(speedup)
+                jct = [
+                    simulate(t, policy, c)[0]["avg_jct_s"]
+                    for t, c in (
+                        sim_inputs(trace, args, mode, speedup, base * f) for f in PERIOD_JITTER
+                    )
+                ]
+                spread = (min(jct + [sim[mode]]), max(jct + [sim[mode]]))
+            row["sim_min_s"], row["sim_max_s"] = spread
             rows.append((name, len(trace), speedup, mode, live[mode], sim[mode], row))
             print(
                 f"{name} {mode}: live {live[mode]:.0f} s, sim {sim[mode]:.0f} s, "
@@ -267,9 +309,10 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
 def print_table(rows: list[tuple], work: Path) -> None:
     print()
     print(
-        "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim | live p95 | live util | requeues | timeouts |"
+        "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim |"
+        " sim range, pass period x0.9-1.1 (s) | live p95 | live util | requeues | timeouts |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r[1] == "order":
             print(f"| {r[0]} | order of modes: live {r[2]}; simulated {r[3]}; agree: {r[4]} |")
@@ -277,6 +320,7 @@ def print_table(rows: list[tuple], work: Path) -> None:
         name, n, speedup, mode, lv, sv, row = r
         print(
             f"| {name} | {n} | {speedup:.0f} | {mode} | {lv:.0f} | {sv:.0f} | {lv / sv:.2f} | "
+            f"{row['sim_min_s']:.0f}-{row['sim_max_s']:.0f} | "
             f"{row['p95_jct_s']:.0f} | {row['gpu_utilization']:.2f} | {row['requeues']} | {row['timeouts']} |"
         )
     print(f"\nlogs: {work}")

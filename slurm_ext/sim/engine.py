@@ -151,6 +151,7 @@ class Simulator(SlurmPasses, NodeClearing):
         self.seq += len(self.jobs)
         # the clearing tables assume every job below may go: not with a cap or costs
         rule = self.cfg.max_preemptions > 0 or self.cfg.preemption_cost
+        rule = rule or cluster.max_requeues_per_pass > 0
         self.all_preemptible = self._draw_preemptible(list(trace_jobs)) and not rule
 
     def _draw_preemptible(self, trace: list[TraceJob]) -> bool:

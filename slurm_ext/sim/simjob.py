@@ -42,6 +42,10 @@ class SimConfig:
     one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
         service does (it requeues victims for its best waiting job, then waits for its
         next pass); False: for every job of the pass that cannot start.
+    max_requeues_per_pass: requeue at most this many victims at a time, worst first, as
+        the service's `max_requeues_per_pass` does (2 by default there); when the rule
+        picks more, the waiting job does not start and the room it left may go to others
+        before the next pass. 0: no cap.
     checkpoint_interval_s: a preempted job resumes from its last checkpoint, the last
         multiple of this of its progress (work seconds); the rest is lost work. 0: no loss.
     preemptible_fraction: the share of jobs that may be preempted (opted in to requeue),
@@ -71,6 +75,7 @@ class SimConfig:
     bf_resolution_s: float = 60.0
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
+    max_requeues_per_pass: int = 0
     checkpoint_interval_s: float = 0.0
     preemptible_fraction: float | None = None
     seed: int = 0
@@ -93,6 +98,10 @@ class SimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if self.max_requeues_per_pass < 0:
+            raise ValueError(
+                f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
+            )
         if self.bf_max_job_test < 1:
             raise ValueError(f"bf_max_job_test must be >= 1, got {self.bf_max_job_test}")
         f = self.preemptible_fraction
