@@ -296,3 +296,23 @@ def test_one_preemption_per_pass_as_the_service_does():
     assert run(False) == ([100.0, 100.0], 2)
     # one requeue at the tick of 100; the other short job takes its GPU when it ends
     assert run(True) == ([100.0, 120.0], 1)
+
+
+def test_max_requeues_per_pass_caps_the_victims_as_the_service_does():
+    """A 4-GPU job needs all four 1-GPU jobs of its node gone; with the service's cap of
+    2 requeues per pass, two go at the tick of 100 (worst first) and two at 200."""
+    trace = [TraceJob(job_id=i, gpus=1, submit_time=0, duration_s=1000) for i in range(4)]
+    trace.append(TraceJob(job_id=9, gpus=4, submit_time=10, duration_s=20))
+    free_rule = replace(LAS, preemption_cost=False)
+
+    def run(cap: int) -> tuple[float, int]:
+        cl = SimConfig(nodes=1, gpus_per_node=4, pass_interval_s=100.0, scheduler="strict")
+        cl = replace(cl, restart_overhead_s=0.0, max_requeues_per_pass=cap)
+        sim = Simulator(trace, free_rule, cl)
+        jobs = {j.id: j for j in sim.run()}
+        return jobs[9].first_start, sim.preemptions
+
+    assert run(0) == (100.0, 4)
+    assert run(2) == (200.0, 4)
+    with pytest.raises(ValueError, match="max_requeues_per_pass"):
+        SimConfig(max_requeues_per_pass=-1)
