@@ -4,8 +4,12 @@
     .venv/bin/python benchmarks/bench_fidelity.py --full   # synth1, synth2, tiresias60 at auto speedup, ~1 h
     .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 150 --modes slurm,service
 
+    .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 100 --speedup 1500 \
+        --live-from DIR   # simulate again against the live rows an earlier --workdir DIR kept
+
 Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
---jobs jobs, offered load --load on the cluster's GPUs) and the Tiresias 60-job trace
+--jobs jobs, offered load --load on the cluster's GPUs), recurring users' ones
+(`usersN`: slurm_ext.sim.users.synth_user_jobs, --users users) and the Tiresias 60-job trace
 (`tiresias60`, from tests/data or <repo>/../shared/traces; skipped, saying so, when
 absent). Per trace and mode: the live replay's avg JCT (trace seconds, read from
 sacct), the simulator's with matching settings, their ratio, and whether the modes
@@ -18,8 +22,14 @@ Mode -> simulator settings (same time limits, `fill_time_limits(jobs, seed)`):
   service-requeue  policy gittins, preemption of opted-in jobs
 with `--scheduler` (default "slurm": the simulator's model of sched/backfill), the time
 limits Slurm really enforced (whole wall minutes, so longer than the trace's at high
-speedups), and the replay's backfill and service cycles scaled back to trace seconds. Each live replay takes up to ~8-9 minutes at the default speedup; this is
-a long benchmark, run it alone.
+speedups), and the replay's backfill and service cycles scaled back to trace seconds:
+the service's pass period as measured in its log, Slurm's hold of a requeued job
+(`requeue_delay_s` = 6 wall s x speedup; --no-requeue-hold leaves it out), the service's
+one waiting job per pass and its cap of requeues per pass. The simulated spread over
+the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
+<workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
+by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
+speedup; this is a long benchmark, run it alone.
 """
 
 from __future__ import annotations
