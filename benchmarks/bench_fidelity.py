@@ -68,9 +68,6 @@ TIRESIAS_60 = (
 # much one run's timing (Slurm's and the service's latency) can move the result
 PERIOD_JITTER = (0.9, 0.95, 1.05, 1.1)
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
-# a requeued payload's restart in wall seconds: Slurm's launch and the interpreter's start
-# before it resumes work (records.json: runs last ~0.1 s wall longer than their work)
-RESTART_WALL_S = 0.1
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 
 
@@ -137,6 +134,7 @@ def sim_inputs(
     mode: str,
     speedup: float,
     pass_wall_s: float | None = None,
+    launch_wall_s: float = 0.0,
 ) -> tuple[list[TraceJob], SimConfig]:
     """The trace and cluster the simulator must use to match the live replay: the time
     limits Slurm really enforced (rounded up to whole wall minutes by `replay.plan`), the
@@ -151,6 +149,8 @@ def sim_inputs(
     jobs = [
         replace(
             p.trace,
+            # live a job holds its GPUs for its work plus its launch (measured)
+            duration_s=p.trace.duration_s + launch_wall_s * speedup,
             time_limit_s=p.limit_min * 60.0 * speedup,
             checkpoint=p.preemptible,
             user=user,
@@ -174,7 +174,7 @@ def sim_inputs(
         one_preemption_per_pass=True,
         max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
         checkpoint_interval_s=args.checkpoint_interval,
-        restart_overhead_s=RESTART_WALL_S * speedup,
+        restart_overhead_s=max(launch_wall_s, 0.0) * speedup,  # a restart is a launch
         requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,
         seed=args.seed,
     )
@@ -281,17 +281,24 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
         trace = fill_time_limits(trace, args.seed)
         speedup = args.speedup or auto_speedup(trace, gpus)
         live, sim = {}, {}
+        rows_live = {mode: live_row(args, trace, name, mode, speedup, work) for mode in modes}
+        dirs = {mode: Path(args.live_from or work) / name / mode for mode in modes}
+        # live a job holds its GPUs a little longer than its work (launch, interpreter,
+        # sacct's whole seconds): measured on every mode's jobs that ran once, pooled
+        launch = fidelity_jobs.launch_wall_s(
+            [dirs[m] / "records.json" for m in modes], trace, speedup
+        )
         for mode in modes:
-            row = live_row(args, trace, name, mode, speedup, work)
+            row = rows_live[mode]
             live[mode] = row["avg_jct_s"]
             policy = with_checkpoints(
                 replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
             )
             if args.requeue_hold:  # as the replay tells its service (replay.service)
                 policy = with_requeue_hold(policy, speedup)
-            live_dir = Path(args.live_from or work) / name / mode
-            period = pass_period_s(live_dir / "service.log")
-            sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period)
+            period = pass_period_s(dirs[mode] / "service.log")
+            row["launch_wall_s"] = launch
+            sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period, launch)
             out, sim_run = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]
             per_job(args, work, name, mode, trace, speedup, sim_run)
@@ -301,7 +308,8 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
                 jct = [
                     simulate(t, policy, c)[0]["avg_jct_s"]
                     for t, c in (
-                        sim_inputs(trace, args, mode, speedup, base * f) for f in PERIOD_JITTER
+                        sim_inputs(trace, args, mode, speedup, base * f, launch)
+                        for f in PERIOD_JITTER
                     )
                 ]
                 spread = (min(jct + [sim[mode]]), max(jct + [sim[mode]]))
