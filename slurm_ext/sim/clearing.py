@@ -111,9 +111,9 @@ class NodeClearing:
         if self.cfg.preemption_cost:  # estimated as the service does: from its stint's start
             cl = self.cl
             ran = now - job.start
-            lost = requeue_cost_gpu_s(
-                job.gpus, ran, cl.checkpoint_interval_s, cl.restart_overhead_s
-            )
+            # Slurm's hold of a requeued job delays it as a restart does
+            restart = cl.restart_overhead_s + cl.requeue_delay_s
+            lost = requeue_cost_gpu_s(job.gpus, ran, cl.checkpoint_interval_s, restart)
         return RunningJob(
             job.id,
             tuple(job.alloc),
@@ -133,7 +133,7 @@ class NodeClearing:
         if self.cfg.preemption_cost:
             gain = job.gpus * (now - job.waiting_since)
         waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu, gain)
-        return choose_victims(
+        victims = choose_victims(
             waiting,
             below,
             self.idx.free,
@@ -142,6 +142,8 @@ class NodeClearing:
             self.free_cpus,
             self.cfg.max_preemptions,
         )
+        cap = self.cl.max_requeues_per_pass  # the service's cap: the worst go first
+        return victims[:cap] if cap > 0 else victims
 
     def _may_make_room(self: Simulator, job: SimJob) -> bool:
         """False if `_make_room` would fail as it did last time (see `no_room`)."""

@@ -154,6 +154,7 @@ class Simulator(SlurmPasses, NodeClearing):
         self.seq += len(self.jobs)
         # the clearing tables assume every job below may go: not with a cap or costs
         rule = self.cfg.max_preemptions > 0 or self.cfg.preemption_cost
+        rule = rule or cluster.max_requeues_per_pass > 0
         self.all_preemptible = self._draw_preemptible(list(trace_jobs)) and not rule
 
     def _draw_preemptible(self, trace: list[TraceJob]) -> bool:
@@ -455,6 +456,8 @@ class Simulator(SlurmPasses, NodeClearing):
                         can_preempt = False  # nobody ranks below this job or the next
                     elif self._may_make_room(job):
                         alloc = self._make_room(job, now)
+                        # the service requeues for its best waiting job once per pass
+                        can_preempt = not self.cl.one_preemption_per_pass
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
                     break
@@ -527,6 +530,10 @@ class Simulator(SlurmPasses, NodeClearing):
             self.lost_work_gpu_s += (job.progress - kept) * job.gpus
             job.progress = kept
         job.waiting_since = now
+        if self.cl.requeue_delay_s > 0:  # Slurm holds it (begin time): re-filed on a wake
+            job.key, job.key_ver = (), job.key_ver + 1
+            self._push_event(now + self.cl.requeue_delay_s, WAKE, job, job.key_ver)
+            return
         self._rekey(job, now)
 
     def _complete(self, job: SimJob, now: float) -> None:

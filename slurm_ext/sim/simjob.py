@@ -19,6 +19,10 @@ class SimConfig:
 
     restart_overhead_s: wall time a preempted job loses when it restarts (checkpoint
         reload, warm-up); counted as GPU time held, not as progress.
+    requeue_delay_s: how long a preempted job stays ineligible before it may start again,
+        holding nothing: Slurm sets a requeued batch job's begin time to now +
+        cred_expire + 1 s (121 s by default; 6 s on the test harness, i.e. 6 x speedup
+        trace seconds in a live replay). 0: it may restart at once.
     history_refresh: rebuild the Gittins table after this many completions at most
         (sooner while the history is small: every 25% growth).
     history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds,
@@ -35,6 +39,13 @@ class SimConfig:
         seconds here), bf_max_job_test, bf_interval and bf_resolution ("slurm" only).
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
+    one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
+        service does (it requeues victims for its best waiting job, then waits for its
+        next pass); False: for every job of the pass that cannot start.
+    max_requeues_per_pass: requeue at most this many victims at a time, worst first, as
+        the service's `max_requeues_per_pass` does (2 by default there); when the rule
+        picks more, the waiting job does not start and the room it left may go to others
+        before the next pass. 0: no cap.
     checkpoint_interval_s: a preempted job resumes from its last checkpoint, the last
         multiple of this of its progress (work seconds); the rest is lost work. 0: no loss.
     preemptible_fraction: the share of jobs that may be preempted (opted in to requeue),
@@ -52,6 +63,7 @@ class SimConfig:
     preemptive: bool = True
     placement: str = "consolidate"
     restart_overhead_s: float = 30.0
+    requeue_delay_s: float = 0.0
     history_refresh: int = 1000
     history: list[float | tuple[int, float] | Completed] = field(default_factory=list)
     scheduler: str = "slurm"
@@ -62,6 +74,8 @@ class SimConfig:
     bf_interval_s: float = 30.0
     bf_resolution_s: float = 60.0
     pass_interval_s: float = 0.0
+    one_preemption_per_pass: bool = False
+    max_requeues_per_pass: int = 0
     checkpoint_interval_s: float = 0.0
     preemptible_fraction: float | None = None
     seed: int = 0
@@ -75,10 +89,19 @@ class SimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        for name in ("pass_interval_s", "checkpoint_interval_s", "restart_overhead_s"):
+        for name in (
+            "pass_interval_s",
+            "checkpoint_interval_s",
+            "restart_overhead_s",
+            "requeue_delay_s",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if self.max_requeues_per_pass < 0:
+            raise ValueError(
+                f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
+            )
         if self.bf_max_job_test < 1:
             raise ValueError(f"bf_max_job_test must be >= 1, got {self.bf_max_job_test}")
         f = self.preemptible_fraction
