@@ -25,9 +25,10 @@ from slurm_ext.userview import free_gpus
 from slurm_ext.userview_http import UserView
 
 
-
 def snapshot() -> tuple[list[Job], list[Node]]:
-    now = time.time()  # per call: a module-level clock is minutes old by the time a full run gets here
+    now = (
+        time.time()
+    )  # per call: a module-level clock is minutes old by the time a full run gets here
     jobs = [
         Job(1, user="alice", state=JobState.RUNNING, gpus=4, submit_time=now - 3600,
             start_time=now - 3000, nodes=("n1",), reason="None"),
