@@ -269,8 +269,10 @@ class SharingSimulator(SimulatedAgents, Simulator):
             job.start = now
             if job.first_start is None:
                 job.first_start = now
-            # _respeed sets rate and speed; a requeued job goes on from its checkpoint
-            self.track[job] = Track(now, job.progress, 0.0, now, speed=0.0, p_start=job.progress)
+            # _respeed sets rate and speed and pushes the stint's end (its time limit
+            # even when paused at once: speed -1 is "not computed yet", never skipped);
+            # a requeued job goes on from its checkpoint
+            self.track[job] = Track(now, job.progress, 0.0, now, speed=-1.0, p_start=job.progress)
         for entry in keep:
             heapq.heappush(self.opp_queue, entry)
 
