@@ -20,6 +20,7 @@ import argparse
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
+from slurm_ext.policy.opportunistic import AFTER_REQUEUE
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig
@@ -45,6 +46,12 @@ def main() -> None:
     ap.add_argument("--max-shard-gpus", type=int, default=1)
     ap.add_argument("--max-pause", type=float, default=0.0, help="requeue after (trace s)")
     ap.add_argument("--ends-before", action="store_true")
+    ap.add_argument(
+        "--after-requeue",
+        default="any",
+        choices=AFTER_REQUEUE,
+        help="what a requeued job avoids (policy.opportunistic.shard_offered)",
+    )
     ap.add_argument("--checkpoint", type=float, default=0.0, help="checkpoint interval (s)")
     a = ap.parse_args()
     cluster = SimConfig(
@@ -65,6 +72,7 @@ def main() -> None:
                 max_shard_gpus=a.max_shard_gpus,
                 max_pause_s=a.max_pause,
                 ends_before=a.ends_before,
+                after_requeue=a.after_requeue,
             )
             out = run_pair(trace, policy, cluster, share)
             r, s = out["shared_vs_alone"], out["shared"]

@@ -183,6 +183,8 @@ class Agent:
             state = states[job]
         del self.paused[job]
         self._recovering.discard(job)
+        if job in self.accounts:
+            self.accounts[job].paused_since = None
         if state == "SUSPENDED":
             log.warning("job %s is suspended by Slurm: not thawed, left to Slurm (%s)", job, why)
             return True
@@ -503,6 +505,8 @@ class Agent:
                 self._error("state", str(exc))
                 return
             self.paused[action.job_id] = rec
+            if action.job_id in self.accounts:  # reported: the service requeues long pauses
+                self.accounts[action.job_id].paused_since = self.wall()
             log.warning(
                 "paused opportunistic job %s on %s via %s: %s",
                 action.job_id,

@@ -119,6 +119,7 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
         self.paused_since: dict[int, float] = {}  # opportunistic job id -> pause time
         self.opp_requeues = 0  # paused past share.max_pause_s and requeued
+        self.paused_by: dict[int, set[int]] = {}  # requeued job id -> guaranteed job ids
         self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
 
     # ---- time --------------------------------------------------------------------------
@@ -283,6 +284,8 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self._advance(now)
         done = min(job.duration, self._progress(job, now))
         ck = self.cl.checkpoint_interval_s
+        by = self.paused_by.setdefault(job.id, set())
+        by.update(g.id for k in self.placed.get(job, ()) if (g := self.gpus[k].guaranteed))
         self._leave(job, now)
         self.on_shards.discard(job)
         self.paused_since.pop(job.id, None)
@@ -300,13 +303,24 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self._touch(())
 
     def _ends_ok(self, k: GpuKey, job: SimJob) -> bool:
-        """`ends_before`: a GPU a guaranteed job holds is offered only if its limit ends
-        before this job's would (idle GPUs always are)."""
+        """`opportunistic.shard_offered`: `ends_before` for every job, and what a requeued
+        job avoids (`after_requeue`); idle GPUs are always offered."""
         g = self.gpus[k].guaranteed
-        if not self.share.ends_before or g is None:
+        share = self.share
+        if g is None or not (share.ends_before or share.after_requeue != "any"):
             return True
         end = g.start + g.limit if g.limit is not None and g.start is not None else None
-        return opp_rules.ends_before(end, self.t_last, job.limit)
+        by = self.paused_by.get(job.id)
+        return opp_rules.shard_offered(
+            g.id,
+            end,
+            self.t_last,
+            job.limit,
+            paused_by=by or (),
+            requeued=by is not None,
+            ends_first=share.ends_before,
+            after_requeue=share.after_requeue,
+        )
 
     def _find(self, job: SimJob) -> list[GpuKey] | None:
         """GPUs with room on one node (beside guaranteed jobs first), or any if wider
