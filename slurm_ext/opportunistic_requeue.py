@@ -67,16 +67,25 @@ def eligible(job: Job, cfg: OpportunisticSection) -> bool:
     )
 
 
-def paused_for(job: Job, reports: Iterable[JobReport], now: float, max_age_s: float) -> float:
+def paused_for(
+    job: Job, reports: Iterable[JobReport], now: float, cfg: OpportunisticSection
+) -> float:
     """Seconds `job` has been paused by its agents' fresh reports on this stint (0: none
-    says paused). A job paused on any of its nodes makes no progress: the longest counts."""
+    says paused). A job paused on any of its nodes makes no progress: the longest counts.
+    Skipped: final reports, other nodes', reports over `report_max_age_s` old or ahead of
+    this clock (an agent's clock that far off is not believed), and reports from a stint
+    before a requeue (begun `max_pause_s` or more before this stint started: a report of
+    this stint begins after it started; one that ended a requeued stint paused that long
+    began earlier). Skew between the hosts only ever makes a report count less."""
     longest = 0.0
     for r in reports:
         if r.final or r.paused_since is None or r.node not in job.nodes:
             continue
-        if now - r.period_end > max_age_s:
-            continue  # stale: it may have resumed since
-        if job.start_time is not None and r.period_end < job.start_time:
+        if abs(now - r.period_end) > cfg.report_max_age_s:
+            continue  # stale (it may have resumed since), or from a clock far ahead
+        if job.start_time is not None and (
+            r.period_end < job.start_time or r.period_start <= job.start_time - cfg.max_pause_s
+        ):
             continue  # from a stint before a requeue
         longest = max(longest, r.period_end - r.paused_since)
     return longest
@@ -95,7 +104,7 @@ def overdue_jobs(
     for job in jobs:
         if not eligible(job, cfg):
             continue
-        held = paused_for(job, reports_of(job.job_id), now, cfg.report_max_age_s)
+        held = paused_for(job, reports_of(job.job_id), now, cfg)
         if held > 0:
             since[job.job_id] = now - held
     return overdue(since, now, cfg.max_pause_s)

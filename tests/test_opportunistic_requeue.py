@@ -79,6 +79,8 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         job(10, nodes=("n1", "n2")),  # paused on one of its two nodes
         job(11, qos="", partition="scavenge"),  # opportunistic by partition
         job(12),  # running, not paused
+        job(13),  # its node's clock is 20 min ahead: not believed
+        job(14, start_time=1500.0),  # a report begun 500 s before this stint: the last one's
     ]
     reps = {
         1: [report(1, 1990.0, 1590.0)],
@@ -93,11 +95,13 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         10: [report(10, 1990.0, None), report(10, 1990.0, 1600.0, node="n2")],
         11: [report(11, 1990.0, 1600.0)],
         12: [report(12, 1990.0, None)],
+        13: [report(13, 3200.0, 1000.0)],
+        14: [report(14, 1990.0, 1100.0, period_start=1000.0)],
     }
     cfg = OpportunisticSection(max_pause_s=300.0, partitions=["scavenge"])
     assert overdue_jobs(jobs, lambda j: reps[j], now, cfg) == [1, 10, 11]
     # measured on the agent's clock: a report 10 s old says 400 s, not 410
-    assert paused_for(jobs[0], reps[1], now, 300.0) == 400.0
+    assert paused_for(jobs[0], reps[1], now, cfg) == 400.0
     assert overdue_jobs(jobs, lambda j: reps[j], now, OpportunisticSection()) == []  # off
     assert overdue_jobs(jobs, lambda j: reps[j], now, OpportunisticSection(max_pause_s=450)) == []
 
@@ -196,10 +200,10 @@ def test_config_section_defaults_off_and_refuses_bad_values(tmp_path):
 
 @pytest.mark.slurm
 def test_service_requeues_a_job_reported_paused_too_long(live, tmp_path):
-    """Two running jobs, both reported paused for 600 s by their node's agent (once per
-    Slurm release and backend): the opportunistic one that opted in is requeued
-    (Restarts=1); the one that did not opt in is not, nor is the first under rules that
-    make every job guaranteed, or under a longer bound."""
+    """Two running jobs, both reported paused since they started (3 s and more) by their
+    node's agent, once per Slurm release and backend: with a 2 s bound the opportunistic
+    one that opted in is requeued (Restarts=1); the one that did not opt in is not, nor is
+    the first under rules that make every job guaranteed, or under a 900 s bound."""
     c, client = live
     opted = c.sbatch("-N1", "--gres=gpu:1", "--requeue", "-J", "opp")
     plain = c.sbatch("-N1", "--gres=gpu:1", "--no-requeue", "-J", "opp-noreq")
@@ -220,22 +224,25 @@ def test_service_requeues_a_job_reported_paused_too_long(live, tmp_path):
         return Service(cfg, client, store).run_pass().requeued
 
     store = Store(tmp_path / "service.db")
+    started = max(jobs[j].start_time or 0.0 for j in (opted, plain))
+    time.sleep(max(0.0, started + 3.0 - time.time()))
     now = time.time()
     store.add_reports(
         [
-            report(j, now, now - 600.0, node=jobs[j].nodes[0], period_start=now - 700.0)
+            report(j, now, s, node=jobs[j].nodes[0], period_start=s)
             for j in (opted, plain)
+            for s in [jobs[j].start_time or now - 3.0]
         ]
     )
     part = jobs[opted].partition
     # every job guaranteed (no opportunistic QOS or partition): nobody goes
-    assert pass_with(store, max_pause_s=300.0, qos=[]) == []
+    assert pass_with(store, max_pause_s=2.0, qos=[]) == []
     # a bound longer than the pause: nobody goes
     assert pass_with(store, max_pause_s=900.0, qos=[], partitions=[part]) == []
-    assert pass_with(store, max_pause_s=300.0, qos=[], partitions=[part]) == [opted]
+    assert pass_with(store, max_pause_s=2.0, qos=[], partitions=[part]) == [opted]
     show = c.run("scontrol", "show", "job", str(opted))
     assert "Restarts=1" in show, show
     assert "Restarts=0" in c.run("scontrol", "show", "job", str(plain))
     assert plain in running()
     # requeued: pending (or running again, a new stint); the old report no longer counts
-    assert pass_with(store, max_pause_s=300.0, qos=[], partitions=[part]) == []
+    assert pass_with(store, max_pause_s=2.0, qos=[], partitions=[part]) == []
