@@ -71,14 +71,19 @@ def paused_for(
     job: Job, reports: Iterable[JobReport], now: float, cfg: OpportunisticSection
 ) -> float:
     """Seconds `job` has been paused by its agents' fresh reports on this stint (0: none
-    says paused). A job paused on any of its nodes makes no progress: the longest counts.
-    Skipped: final reports, other nodes', reports over `report_max_age_s` old or ahead of
+    says paused). Each node's latest report counts (an agent that restarted thawed the
+    job and began a new period: its earlier period's last word is out of date); a job
+    paused on any of its nodes makes no progress, so the longest pause counts. Skipped: final reports, other nodes', reports over `report_max_age_s` old or ahead of
     this clock (an agent's clock that far off is not believed), and reports from a stint
     before a requeue (begun `max_pause_s` or more before this stint started: a report of
     this stint begins after it started; one that ended a requeued stint paused that long
     began earlier). Skew between the hosts only ever makes a report count less."""
-    longest = 0.0
+    latest: dict[str, JobReport] = {}
     for r in reports:
+        if r.node not in latest or r.period_end > latest[r.node].period_end:
+            latest[r.node] = r
+    longest = 0.0
+    for r in latest.values():
         if r.final or r.paused_since is None or r.node not in job.nodes:
             continue
         if abs(now - r.period_end) > cfg.report_max_age_s:

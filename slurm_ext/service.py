@@ -372,7 +372,7 @@ class Service:
                 if self.config.preemption == "requeue":
                     self._preempt(res, decisions, by_id, nodes, pins)
                 res.requeued += requeue_overdue(
-                    active,
+                    [j for j in active if j.job_id not in res.requeued],
                     self.store.reports,
                     now,
                     self.config.opportunistic,

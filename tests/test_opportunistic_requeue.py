@@ -81,6 +81,7 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         job(12),  # running, not paused
         job(13),  # its node's clock is 20 min ahead: not believed
         job(14, start_time=1500.0),  # a report begun 500 s before this stint: the last one's
+        job(15),  # its agent restarted (and thawed it): the new period says running
     ]
     reps = {
         1: [report(1, 1990.0, 1590.0)],
@@ -97,6 +98,7 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         12: [report(12, 1990.0, None)],
         13: [report(13, 3200.0, 1000.0)],
         14: [report(14, 1990.0, 1100.0, period_start=1000.0)],
+        15: [report(15, 1900.0, 1400.0), report(15, 1990.0, None, period_start=1950.0)],
     }
     cfg = OpportunisticSection(max_pause_s=300.0, partitions=["scavenge"])
     assert overdue_jobs(jobs, lambda j: reps[j], now, cfg) == [1, 10, 11]
