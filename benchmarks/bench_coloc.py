@@ -2,6 +2,9 @@
 
     .venv/bin/python benchmarks/bench_coloc.py                       # seeds 1-3, load 1.3
     .venv/bin/python benchmarks/bench_coloc.py --seeds 4,5,6 --loads 1.0,1.3 --eaco
+    # the kept requeue bound and churn rule (docs/benchmarks.md, Session 5):
+    .venv/bin/python benchmarks/bench_coloc.py --learnt-placement --eaco
+        --slow-fraction 0.9 --max-pause 120 --after-requeue not_beside   (one line)
 
 Each row: one trace (2,000 jobs unless --jobs, 64 GPUs = 8 nodes x 8, 30% of jobs opportunistic by a
 seeded draw, time limits from `sim.timelimits` where the trace has none), run once as
