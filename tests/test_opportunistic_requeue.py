@@ -248,3 +248,55 @@ def test_service_requeues_a_job_reported_paused_too_long(live, tmp_path):
     assert plain in running()
     # requeued: pending (or running again, a new stint); the old report no longer counts
     assert pass_with(store, max_pause_s=2.0, qos=[], partitions=[part]) == []
+
+
+@pytest.mark.slurm
+def test_serve_requeues_on_a_signed_agent_report(clean_queue, tmp_path):
+    """End to end: `slurm-ext serve` with `[opportunistic] max_pause_s = 2`; a signed
+    report over HTTP, as an agent sends it, says the job on its node has been paused for
+    3 s; the service's next pass requeues it and logs so."""
+    import os
+    import socket
+
+    from test_service_live import _post, start_service, stop, write_config
+
+    from nodeagent.report import sign
+    from slurm_ext.slurm.cli_backend import CliSlurmClient
+
+    c = clean_queue
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = write_config(tmp_path / "service.toml", c, port=port, report_secret_file=f'"{secret}"')
+    part = c.partition
+    with config.open("a") as fh:
+        fh.write(f'[opportunistic]\nmax_pause_s = 2.0\nqos = []\npartitions = ["{part}"]\n')
+    opp = c.sbatch("-N1", "--gres=gpu:1", "--requeue", "-J", "opp")
+    client = CliSlurmClient(slurm_conf=str(c.conf_path), timeout=20, bin_dir=c.bin_dir)
+    job = wait_for(
+        lambda: next((j for j in client.jobs() if j.job_id == opp and j.running), None),
+        what="job running",
+    )
+    log = tmp_path / "service.log"
+    proc = start_service(config, log)
+    try:
+        time.sleep(max(0.0, (job.start_time or 0.0) + 3.5 - time.time()))
+        now = time.time()
+        body = encode_reports(
+            job.nodes[0], [report(opp, now, now - 3.0, node=job.nodes[0], period_start=now - 3.0)]
+        )
+        url = f"http://127.0.0.1:{port}/v1/reports"
+        wait_for(
+            lambda: _post(url, body, sign(body, secret.read_bytes().strip())) == 200,
+            what="report accepted",
+        )
+        wait_for(
+            lambda: "Restarts=1" in c.run("scontrol", "show", "job", str(opp)),
+            what="job requeued by the service",
+        )
+    finally:
+        stop(proc)
+    assert f"requeued opportunistic job {opp}" in log.read_text()
