@@ -36,13 +36,16 @@ log = logging.getLogger("slurm_ext.service")
 @dataclass
 class OpportunisticSection:
     """`[opportunistic]` in service.toml. max_pause_s: requeue an opportunistic job its
-    agents have kept paused this long (0: never; the default). qos, partitions: what makes
-    a job opportunistic, as in the agents' `[classes]` (keep the two the same).
-    report_max_age_s: older reports say nothing. max_per_pass: requeues per pass at most."""
+    agents have kept paused this long (0: never; the default). The four class lists: as
+    the agents' `[colocation]` has them (keep them the same; QOS decides first, then
+    partition, else the job is guaranteed). report_max_age_s: older reports say nothing.
+    max_per_pass: requeues per pass at most."""
 
     max_pause_s: float = 0.0
-    qos: list[str] = field(default_factory=lambda: ["opportunistic", "scavenger"])
-    partitions: list[str] = field(default_factory=list)
+    opportunistic_qos: list[str] = field(default_factory=lambda: ["opportunistic", "scavenger"])
+    guaranteed_qos: list[str] = field(default_factory=list)
+    opportunistic_partitions: list[str] = field(default_factory=list)
+    guaranteed_partitions: list[str] = field(default_factory=list)
     report_max_age_s: float = positive(300.0)
     max_per_pass: int = 8
 
@@ -54,7 +57,10 @@ class OpportunisticSection:
 
     def rules(self) -> co.ClassRules:
         return co.ClassRules(
-            opportunistic_qos=tuple(self.qos), opportunistic_partitions=tuple(self.partitions)
+            guaranteed_qos=tuple(self.guaranteed_qos),
+            opportunistic_qos=tuple(self.opportunistic_qos),
+            guaranteed_partitions=tuple(self.guaranteed_partitions),
+            opportunistic_partitions=tuple(self.opportunistic_partitions),
         )
 
 

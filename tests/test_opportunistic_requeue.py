@@ -82,6 +82,7 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         job(13),  # its node's clock is 20 min ahead: not believed
         job(14, start_time=1500.0),  # a report begun 500 s before this stint: the last one's
         job(15),  # its agent restarted (and thawed it): the new period says running
+        job(16, qos="gold", partition="scavenge"),  # a guaranteed QOS outranks the partition
     ]
     reps = {
         1: [report(1, 1990.0, 1590.0)],
@@ -99,8 +100,11 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         13: [report(13, 3200.0, 1000.0)],
         14: [report(14, 1990.0, 1100.0, period_start=1000.0)],
         15: [report(15, 1900.0, 1400.0), report(15, 1990.0, None, period_start=1950.0)],
+        16: [report(16, 1990.0, 1000.0)],
     }
-    cfg = OpportunisticSection(max_pause_s=300.0, partitions=["scavenge"])
+    cfg = OpportunisticSection(
+        max_pause_s=300.0, opportunistic_partitions=["scavenge"], guaranteed_qos=["gold"]
+    )
     assert overdue_jobs(jobs, lambda j: reps[j], now, cfg) == [1, 10, 11]
     # measured on the agent's clock: a report 10 s old says 400 s, not 410
     assert paused_for(jobs[0], reps[1], now, cfg) == 400.0
@@ -238,16 +242,24 @@ def test_service_requeues_a_job_reported_paused_too_long(live, tmp_path):
     )
     part = jobs[opted].partition
     # every job guaranteed (no opportunistic QOS or partition): nobody goes
-    assert pass_with(store, max_pause_s=2.0, qos=[]) == []
+    assert pass_with(store, max_pause_s=2.0, opportunistic_qos=[]) == []
     # a bound longer than the pause: nobody goes
-    assert pass_with(store, max_pause_s=900.0, qos=[], partitions=[part]) == []
-    assert pass_with(store, max_pause_s=2.0, qos=[], partitions=[part]) == [opted]
+    assert (
+        pass_with(store, max_pause_s=900.0, opportunistic_qos=[], opportunistic_partitions=[part])
+        == []
+    )
+    assert pass_with(
+        store, max_pause_s=2.0, opportunistic_qos=[], opportunistic_partitions=[part]
+    ) == [opted]
     show = c.run("scontrol", "show", "job", str(opted))
     assert "Restarts=1" in show, show
     assert "Restarts=0" in c.run("scontrol", "show", "job", str(plain))
     assert plain in running()
     # requeued: pending (or running again, a new stint); the old report no longer counts
-    assert pass_with(store, max_pause_s=2.0, qos=[], partitions=[part]) == []
+    assert (
+        pass_with(store, max_pause_s=2.0, opportunistic_qos=[], opportunistic_partitions=[part])
+        == []
+    )
 
 
 @pytest.mark.slurm
@@ -273,7 +285,10 @@ def test_serve_requeues_on_a_signed_agent_report(clean_queue, tmp_path):
     config = write_config(tmp_path / "service.toml", c, port=port, report_secret_file=f'"{secret}"')
     part = c.partition
     with config.open("a") as fh:
-        fh.write(f'[opportunistic]\nmax_pause_s = 2.0\nqos = []\npartitions = ["{part}"]\n')
+        fh.write(
+            "[opportunistic]\nmax_pause_s = 2.0\nopportunistic_qos = []\n"
+            f'opportunistic_partitions = ["{part}"]\n'
+        )
     opp = c.sbatch("-N1", "--gres=gpu:1", "--requeue", "-J", "opp")
     client = CliSlurmClient(slurm_conf=str(c.conf_path), timeout=20, bin_dir=c.bin_dir)
     job = wait_for(
