@@ -65,6 +65,9 @@ class JobReport:
     period_start: float  # unix seconds
     period_end: float
     final: bool = False
+    # when the agent froze this (opportunistic) job, its clock; None while it runs. The
+    # service requeues a job paused too long (slurm_ext/opportunistic_requeue.py).
+    paused_since: float | None = None
 
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -85,6 +88,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "period_end": (int, float),
     "final": (bool,),
 }
+# absent from a body means the default (older agents do not send them)
+_OPTIONAL = {"paused_since": (int, float, type(None))}
 
 
 def encode_reports(node: str, reports: list[JobReport], sent_at: float | None = None) -> bytes:
@@ -95,6 +100,8 @@ def encode_reports(node: str, reports: list[JobReport], sent_at: float | None = 
             raise ValueError(f"report for job {r.job_id} names node {r.node!r}, not {node!r}")
         d = dataclasses.asdict(r)
         d["gpu_uuids"] = list(r.gpu_uuids)
+        if d["paused_since"] is None:
+            del d["paused_since"]  # a running job's report reads as before
         items.append(d)
     doc = {
         "version": FORMAT_VERSION,
@@ -149,13 +156,13 @@ def decode_batch(body: bytes) -> ReportBatch:
         if not isinstance(item, dict):
             raise ValueError(f"reports[{i}] must be an object")
         missing = set(_FIELD_TYPES) - set(item)
-        extra = set(item) - set(_FIELD_TYPES)
+        extra = set(item) - set(_FIELD_TYPES) - set(_OPTIONAL)
         if missing or extra:
             parts = [f"missing {sorted(missing)}"] if missing else []
             parts += [f"unknown {sorted(extra)}"] if extra else []
             raise ValueError(f"reports[{i}]: " + ", ".join(parts))
-        for key, types in _FIELD_TYPES.items():
-            value = item[key]
+        for key, types in (_FIELD_TYPES | _OPTIONAL).items():
+            value = item.get(key)
             bad_bool = isinstance(value, bool) and bool not in types
             if bad_bool or not isinstance(value, types):
                 raise ValueError(f"reports[{i}].{key}: wrong type {type(value).__name__}")
@@ -180,12 +187,17 @@ def decode_batch(body: bytes) -> ReportBatch:
             raise ValueError(f"reports[{i}]: negative cpu_energy_j or samples")
         if item["period_end"] < item["period_start"]:
             raise ValueError(f"reports[{i}]: period_end before period_start")
+        paused = item.get("paused_since")
+        if paused is not None and not item["period_start"] <= paused <= item["period_end"]:
+            raise ValueError(f"reports[{i}].paused_since: outside period_start..period_end")
         item = dict(item)
         item["gpu_uuids"] = tuple(item["gpu_uuids"])
         for key in ("gpu_seconds", "gpu_util_mean", "gpu_util_peak", "cpu_cores_used"):
             item[key] = float(item[key])
         for key in ("gpu_energy_j", "cpu_energy_j", "period_start", "period_end"):
             item[key] = float(item[key])
+        if paused is not None:
+            item["paused_since"] = float(paused)
         out.append(JobReport(**item))
     return ReportBatch(node, float(sent_at), out)
 

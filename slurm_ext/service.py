@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from slurm_ext.config import choices, positive
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobView, Node
+from slurm_ext.opportunistic_requeue import OpportunisticSection, requeue_overdue
 from slurm_ext.policy import PolicyConfig, network_sensitive, place, rank
 from slurm_ext.policy.placement import consolidate_for
 from slurm_ext.policy.preemption import (
@@ -80,6 +81,7 @@ class ServiceConfig:
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
+    opportunistic: OpportunisticSection = field(default_factory=OpportunisticSection)
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -374,6 +376,13 @@ class Service:
                         placed[job_id] = nodes_
                 if self.config.preemption == "requeue":
                     self._preempt(res, decisions, by_id, nodes, pins)
+                res.requeued += requeue_overdue(
+                    [j for j in active if j.job_id not in res.requeued],
+                    self.store.reports,
+                    now,
+                    self.config.opportunistic,
+                    lambda job_id: self._write(res, self.client.requeue, job_id),
+                )
             except SlurmUnavailable as exc:
                 # the rest would each wait for the same timeout; what was not recorded
                 # as written is written again next pass (same values: harmless)

@@ -77,12 +77,17 @@ def test_attribution_pause_resume_end_to_end(tmp_path, cg):
     sim.assign(g_pid, 0, 10 * GIB, 0.8)
     assert agent.step() == []
     assert 502 in agent.coloc.paused
+    # its report says since when (the service requeues long pauses), the other's nothing
+    paused_at = agent.accounts[502].paused_since
+    assert paused_at == clock() - 5 and agent.accounts[501].paused_since is None
+    assert agent.accounts[502].report("n", final=False).paused_since == paused_at
 
     # guaranteed idles: resumed, and it runs again
     clock.t += 5
     sim.assign(g_pid, 0, 10 * GIB, 0.0)
     actions = agent.step()
     assert [(a.kind, a.job_id, a.code) for a in actions] == [("resume", 502, "idle")]
+    assert agent.accounts[502].paused_since is None
     assert runs([o_pid])
 
     acc = agent.accounts[501]
