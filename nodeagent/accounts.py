@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeagent.report import JobReport
 from slurm_ext.policy import colocation as co
+from slurm_ext.reports import JobReport
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Reads the service's store read-only. A report is cumulative for one (node, job) since
 its `period_start`, and re-delivery repeats it, so per (node, job, period) only the
-report with the greatest `period_end` counts (`nodeagent.report.per_job`); a job's
+report with the greatest `period_end` counts (`slurm_ext.reports.per_job`); a job's
 figures are the sum of those over its nodes and a node's periods (an agent that lost its
 state starts a new period from zero).
 Users come from the service's job records (jobs it saw in Slurm); "" when unknown.
@@ -19,7 +19,7 @@ from datetime import datetime
 
 import click
 
-from nodeagent.report import JobReport, per_job
+from slurm_ext.reports import JobReport, per_job
 from slurm_ext.service_cli import config_option, json_option, load_service_config
 from slurm_ext.store import Store, StoreError
 

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent.report import JobReport
 from slurm_ext.attained import Stint
 from slurm_ext.policy.kinds import Completed
+from slurm_ext.reports import JobReport
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
 MIGRATIONS: list[str] = [

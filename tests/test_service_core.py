@@ -186,7 +186,7 @@ def test_sacct_failure_is_a_slurm_error_with_its_message(tmp_path):
 
 
 def test_store_keeps_the_newest_cumulative_report(tmp_path):
-    from nodeagent.report import JobReport
+    from slurm_ext.reports import JobReport
 
     def rep(end: float, gpu_s: float) -> JobReport:
         return JobReport(node="n1", job_id=9, gpu_seconds=gpu_s, gpu_util_mean=0.5, gpu_util_peak=0.5,

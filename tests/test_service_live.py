@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import cluster_options, wait_for
 
-from nodeagent.report import SIGNATURE_HEADER, JobReport, encode_reports, sign
+from slurm_ext.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
 from slurm_ext.testing.cluster import LocalCluster
 
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
