@@ -30,7 +30,7 @@ from slurm_ext.policy.preemption import (
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold_jobs, persisted_fields
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
-from slurm_ext.slurm.history import sacct_completions
+from slurm_ext.slurm.history import completion_rows
 from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
@@ -435,12 +435,7 @@ class Service:
             return
         self._next_sacct = now + self.config.sacct_refresh_s
         try:
-            rows = sacct_completions(
-                self.config.sacct_days,
-                self.config.slurm.slurm_conf,
-                self.config.slurm.timeout_s,
-                now=now,
-            )
+            rows = completion_rows(self.client.completed_jobs(now - self.config.sacct_days * 86400))
         except SlurmError as exc:
             if source == "sacct":
                 log.error("sacct history unavailable, using the store's history: %s", exc)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import cluster_options
 
+from slurm_ext.slurm import CliSlurmClient
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm
@@ -36,6 +37,10 @@ def test_accounting_cluster_records_jobs_in_sacct(tmp_path: Path, version: str) 
         fields = row.split("|")
         assert fields[:2] == [str(job), "COMPLETED"], row
         assert "gres/gpu=2" in fields[2]
+        # the service's history reads it through the client (sacct + the parser)
+        client = CliSlurmClient(slurm_conf=str(cluster.conf_path), bin_dir=cluster.bin_dir)
+        (done,) = [j for j in client.completed_jobs(time.time() - 3600) if j.job_id == job]
+        assert done.gpus == 2 and done.run_s >= 1 and done.end_time <= time.time()
         # the multifactor weights that need slurmdbd are in force, not ignored
         log = cluster.log()
         assert "can only be used with SlurmDBD" not in log

@@ -161,28 +161,36 @@ SACCT_OUT = """JobIDRaw|Submit|Start|End|AllocTRES|User|Partition|JobName
 
 
 def test_sacct_history_keeps_gpu_jobs_with_their_gpu_seconds(tmp_path):
-    from slurm_ext.slurm.history import sacct_completions
+    from datetime import datetime
+
+    from slurm_ext.slurm import CliSlurmClient
+    from slurm_ext.slurm.history import completion_rows
 
     fake = tmp_path / "sacct"
     (tmp_path / "out.txt").write_text(SACCT_OUT)
-    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "argv"}\ncat {tmp_path / "out.txt"}\n')
     fake.chmod(0o755)
-    rows = sacct_completions(30, bin_dir=str(tmp_path))
+    rows = completion_rows(CliSlurmClient(bin_dir=str(tmp_path)).completed_jobs(1.8e9))
     by_id = {r[0]: r for r in rows}
     assert sorted(by_id) == [101, 104]  # steps, CPU-only and never-started jobs are left out
     assert by_id[101][1:3] == (2 * 3600.0, 3600.0)
     assert by_id[104][1:3] == (4 * 1800.0, 1800.0)
+    # the End sacct gives, not submit + run (which would drop the 5-minute wait)
+    assert by_id[101][3] == datetime.fromisoformat("2026-11-01T11:05:00").timestamp()
+    argv = (tmp_path / "argv").read_text()
+    since = datetime.fromtimestamp(1.8e9).strftime("%Y-%m-%dT%H:%M:%S")
+    assert f"--starttime={since}" in argv and "--allocations" in argv
 
 
 def test_sacct_failure_is_a_slurm_error_with_its_message(tmp_path):
+    from slurm_ext.slurm import CliSlurmClient
     from slurm_ext.slurm.client import SlurmError
-    from slurm_ext.slurm.history import sacct_completions
 
     fake = tmp_path / "sacct"
     fake.write_text("#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n")
     fake.chmod(0o755)
     with pytest.raises(SlurmError, match="accounting storage is disabled"):
-        sacct_completions(30, bin_dir=str(tmp_path))
+        CliSlurmClient(bin_dir=str(tmp_path)).completed_jobs(0.0)
 
 
 def test_store_keeps_the_newest_cumulative_report(tmp_path):

@@ -112,14 +112,17 @@ SACCT_KINDS = """JobIDRaw|Submit|Start|End|AllocTRES|User|Partition|JobName|Acco
 
 
 def test_sacct_history_keeps_the_kind(tmp_path):
-    from slurm_ext.slurm.history import SACCT_FIELDS, sacct_completions
+    from slurm_ext.slurm import CliSlurmClient
+    from slurm_ext.slurm.history import completion_rows
+    from slurm_ext.slurm.sacct import SACCT_FIELDS
 
-    assert SACCT_FIELDS.endswith("JobName,Account,Timelimit")
+    assert SACCT_FIELDS[-3:] == ("JobName", "Account", "Timelimit")
     (tmp_path / "out.txt").write_text(SACCT_KINDS)
     fake = tmp_path / "sacct"
     fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
     fake.chmod(0o755)
-    rows = {r[0]: r for r in sacct_completions(30, bin_dir=str(tmp_path))}
+    client = CliSlurmClient(bin_dir=str(tmp_path))
+    rows = {r[0]: r for r in completion_rows(client.completed_jobs(0.0))}
     assert rows[201][4:] == ("alice", "train", "ml", 86400.0)
     assert rows[202][4:] == ("bob", "eval", "phys", None)
     assert rows[203][4:] == ("bob", "eval", "phys", 1800.0)
