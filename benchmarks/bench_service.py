@@ -20,7 +20,8 @@ from pathlib import Path
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.service import Service, ServiceConfig, fold_jobs, job_view
+from slurm_ext.records import fold_jobs
+from slurm_ext.service import Service, ServiceConfig, job_view
 from slurm_ext.store import Store
 from slurm_ext.testing.replay import ReplayClient
 from slurm_ext.writeback import assign_values, changed

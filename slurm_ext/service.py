@@ -28,7 +28,7 @@ from slurm_ext.policy.preemption import (
     requeue_cost_gpu_s,
 )
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
-from slurm_ext.records import TERMINAL, fold_jobs, persisted_fields
+from slurm_ext.records import TERMINAL, fold, persisted_fields
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import completion_rows
 from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
@@ -112,8 +112,24 @@ class PassResult:
 # ---- pure pieces ----------------------------------------------------------------------
 
 
-def _decision_key(d: DecisionRecord) -> tuple:
-    return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement)
+def same_decision(
+    old: DecisionRecord,
+    d: Decision,
+    value: int | None,
+    mode: str,
+    placement: tuple[str, ...] | None,
+) -> bool:
+    """Is the stored decision what this pass decided (all but when it was made)?"""
+    return (
+        old.rank == d.rank
+        and old.queue == d.queue
+        and old.gittins == d.index
+        and old.promoted == d.promoted
+        and old.reason == d.reason
+        and old.value == value
+        and old.mode == mode
+        and old.placement == placement
+    )
 
 
 def with_kinds(
@@ -303,47 +319,73 @@ class Service:
         return not self.config.partitions or job.partition in self.config.partitions
 
     def run_pass(self, now: float | None = None) -> PassResult:
+        """One pass: read Slurm, fold it into the records, rank, write what must change,
+        remember the decisions. Each step below is one of these."""
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
         self._import_history(now)
         jobs = self.client.jobs(states=ACTIVE + TERMINAL)
         nodes = self.client.nodes()
-        old_records, stored = self._load()
-        records, completions = fold_jobs(old_records, jobs, now, self._promoted)
-        # a reused job id: what was written for the old job says nothing about the new one
-        stored_all = stored
-        stored = {
-            j: d
-            for j, d in stored.items()
-            if j not in old_records
-            or j not in records
-            or records[j].submit_time == old_records[j].submit_time
-        }
+        records, stored = self._fold(jobs, now)
+        active = [j for j in jobs if j.state.active and self.managed(j)]
+        decisions = self._rank(active, records, now)
+        res.decisions, res.ranked = decisions, len(decisions)
+        by_id = {j.job_id: j for j in active}
+        self._rewritten &= by_id.keys()  # forget jobs that left the queue
+        written, placed = self._act(res, decisions, by_id, nodes, stored)
+        self._remember(decisions, stored, written, placed, now)
+        self._finish(res, t0)
+        return res
+
+    def _fold(
+        self, jobs: Sequence[Job], now: float
+    ) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
+        """Fold the snapshot into the attained-service records and persist the records
+        that changed (with the completions); the records, and the stored decisions that
+        still concern the same jobs (a reused job id: what was written for the old job
+        says nothing about the new one)."""
+        old, stored = self._load()
+        f = fold(old, jobs, now, self._promoted)
+        records = f.records
+        changed = {j: records[j] for j in f.changed}
         self.store.save_jobs(
-            [
-                r
-                for j, r in records.items()
-                if persisted_fields(r) != persisted_fields(old_records.get(j))
-            ],
-            with_kinds(completions, jobs, records),
+            [r for j, r in changed.items() if persisted_fields(r) != persisted_fields(old.get(j))],
+            with_kinds(f.completions, jobs, records),
         )
         self._records = {j: r for j, r in records.items() if not r.done}
+        reused = [j for j in changed if j in old and records[j].submit_time != old[j].submit_time]
+        if reused:
+            stored = {j: d for j, d in stored.items() if j not in reused}
+        return records, stored
+
+    def _rank(
+        self, active: Sequence[Job], records: dict[int, JobRecord], now: float
+    ) -> list[Decision]:
+        """The policy's order of the managed active jobs (the simulator's `rank`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
-        active = [j for j in jobs if j.state.active and self.managed(j)]
         views = [job_view(j, records[j.job_id], now) for j in active]
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         decisions = rank(views, now, policy, history or None)
-        res.decisions, res.ranked = decisions, len(decisions)
         self._promoted = {d.job_id for d in decisions if d.promoted}
-        by_id = {j.job_id: j for j in active}
-        self._rewritten &= by_id.keys()  # forget jobs that left the queue
+        return decisions
+
+    def _act(
+        self,
+        res: PassResult,
+        decisions: Sequence[Decision],
+        by_id: dict[int, Job],
+        nodes: Sequence[Node],
+        stored: dict[int, DecisionRecord],
+    ) -> tuple[dict[int, int | None], dict[int, tuple[str, ...] | None]]:
+        """Write the values, placements and requeues this order asks for (planned only,
+        in a dry run); what each job holds afterwards: (values, placements)."""
         pins = self.store.pins()
         targets = [
-            by_id[d.job_id]
+            job
             for d in decisions
-            if by_id[d.job_id].pending and not by_id[d.job_id].held and d.job_id not in pins
+            if (job := by_id[d.job_id]).pending and not job.held and d.job_id not in pins
         ]
         current = self._current_values(targets, stored)
         desired = assign_values(
@@ -353,57 +395,76 @@ class Service:
         placements: dict[int, tuple[str, ...] | None] = {}
         if self.config.placement:
             placements = plan_placements(targets, nodes, self.config.placement_mode)
-        written: dict[int, int | None] = {
-            j: (stored[j].value if j in stored else None) for j in by_id
-        }
-        placed: dict[int, tuple[str, ...] | None] = {
-            j: (stored[j].placement if j in stored else None) for j in by_id
-        }
-        if not self.dry_run:
-            try:
-                written.update(self._write_values(res, res.planned))
-                for job_id, nodes_ in placements.items():
-                    if nodes_ != placed.get(job_id) and self._write(
-                        res, self._set_placement, job_id, nodes_
-                    ):
-                        placed[job_id] = nodes_
-                if self.config.preemption == "requeue":
-                    self._preempt(res, decisions, by_id, nodes, pins)
-            except SlurmUnavailable as exc:
-                # the rest would each wait for the same timeout; what was not recorded
-                # as written is written again next pass (same values: harmless)
-                res.errors += 1
-                log.warning("slurmctld stopped answering; writes resume next pass: %s", exc)
         res.placements = {j: p for j, p in placements.items() if p}
+        written: dict[int, int | None] = {j: None for j in by_id}
+        placed: dict[int, tuple[str, ...] | None] = {j: None for j in by_id}
+        for j, d in stored.items():
+            if j in written:
+                written[j], placed[j] = d.value, d.placement
+        if self.dry_run:
+            return written, placed
+        try:
+            written.update(self._write_values(res, res.planned))
+            for job_id, nodes_ in placements.items():
+                if nodes_ != placed.get(job_id) and self._write(
+                    res, self._set_placement, job_id, nodes_
+                ):
+                    placed[job_id] = nodes_
+            if self.config.preemption == "requeue":
+                self._preempt(res, decisions, by_id, nodes, pins)
+        except SlurmUnavailable as exc:
+            # the rest would each wait for the same timeout; what was not recorded
+            # as written is written again next pass (same values: harmless)
+            res.errors += 1
+            log.warning("slurmctld stopped answering; writes resume next pass: %s", exc)
+        return written, placed
+
+    def _remember(
+        self,
+        decisions: Sequence[Decision],
+        stored: dict[int, DecisionRecord],
+        written: dict[int, int | None],
+        placed: dict[int, tuple[str, ...] | None],
+        now: float,
+    ) -> None:
+        """Store this pass's decisions: only those that differ from the stored ones (a
+        decision keeps the time it was made), and drop those of jobs that left."""
+        mode = self.config.mode
         fresh: dict[int, DecisionRecord] = {}
+        new: list[DecisionRecord] = []
         for d in decisions:
-            rec = DecisionRecord(
-                job_id=d.job_id,
+            j = d.job_id
+            value, placement = written.get(j), placed.get(j)
+            old = stored.get(j)
+            if old is not None and same_decision(old, d, value, mode, placement):
+                fresh[j] = old
+                continue
+            fresh[j] = rec = DecisionRecord(
+                job_id=j,
                 rank=d.rank,
                 queue=d.queue,
                 gittins=d.index,
                 promoted=d.promoted,
                 reason=d.reason,
-                value=written.get(d.job_id),
-                mode=self.config.mode,
-                placement=placed.get(d.job_id),
+                value=value,
+                mode=mode,
+                placement=placement,
                 decided_at=now,
             )
-            old = stored.get(d.job_id)
-            same = old is not None and _decision_key(old) == _decision_key(rec)
-            fresh[d.job_id] = old if same else rec
-        self.store.save_decisions(
-            [r for j, r in fresh.items() if r is not stored.get(j)],
-            drop=[j for j in stored_all if j not in fresh],
-        )
+            new.append(rec)
+        previous = self._decisions or {}
+        self.store.save_decisions(new, drop=[j for j in previous if j not in fresh])
         self._decisions = fresh
+
+    def _finish(self, res: PassResult, t0: float) -> None:
+        """Record the pass, fold the store's WAL back, report it."""
         res.duration_s = time.monotonic() - t0
         self.store.record_pass(
-            now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
+            res.started_at, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
         self._checkpoint()
         if self.metrics is not None:
-            self.metrics.observe_pass(res, decisions)
+            self.metrics.observe_pass(res, res.decisions)
         log.info(
             "pass: %d jobs ranked, %d writes%s, %d errors, %d requeued, %.3fs",
             res.ranked,
@@ -413,7 +474,6 @@ class Service:
             len(res.requeued),
             res.duration_s,
         )
-        return res
 
     def _checkpoint(self) -> None:
         """Truncate the store's WAL; say (hourly) when a reader's open snapshot stops it."""

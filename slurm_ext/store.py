@@ -17,10 +17,11 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from slurm_ext.attained import Stint
+from slurm_ext.attained import Attained, Stint
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.reports import JobReport
 
@@ -149,10 +150,47 @@ class JobRecord:
         seg = self.run_start if self.seg_start is None else self.seg_start
         return Stint(self.run_start, self.gpus, seg, self.open_gpu_s)
 
+    @property
+    def attained(self) -> Attained:
+        """The job's attained service, as the columns persist it."""
+        return Attained(
+            self.closed_gpu_s,
+            self.closed_run_s,
+            self.last_run_s,
+            self.stint,
+            self.promoted_at_gpu_s,
+        )
+
+    def with_attained(self, a: Attained, **changes: Any) -> JobRecord:
+        """This record holding `a`, with other `changes` (its stint's GPU count is the
+        record's `gpus`, which the caller keeps equal)."""
+        s = a.stint
+        return replace(
+            self,
+            closed_gpu_s=a.closed_gpu_s,
+            closed_run_s=a.closed_run_s,
+            last_run_s=a.last_run_s,
+            run_start=s.start if s is not None else None,
+            promoted_at_gpu_s=a.promoted_at_gpu_s,
+            open_gpu_s=s.earlier_gpu_s if s is not None else 0.0,
+            seg_start=s.seg_start if s is not None and s.seg_start != s.start else None,
+            **changes,
+        )
+
+    def seen(self, now: float) -> JobRecord:
+        """This record, seen again at `now` with nothing else changed. Every pass does
+        this for nearly every job, so it copies the fields instead of running the frozen
+        dataclass's __init__ (ten times slower at 55,000 records)."""
+        rec = object.__new__(JobRecord)
+        rec.__dict__.update(self.__dict__)
+        rec.__dict__["last_seen"] = now
+        return rec
+
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
-        stint = self.stint
-        return self.closed_gpu_s + (stint.gpu_s(now) if stint else 0.0)
+        if self.run_start is None:
+            return self.closed_gpu_s
+        return self.attained.gpu_s(now)
 
     def executed_s(self, now: float) -> float:
         current = max(0.0, now - self.run_start) if self.run_start else 0.0

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.service import fold_jobs, plan_placements
+from slurm_ext.records import fold_jobs
+from slurm_ext.service import plan_placements
 from slurm_ext.store import SCHEMA_VERSION, Store, StoreError
 from slurm_ext.writeback import assign_values, changed
 

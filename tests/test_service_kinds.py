@@ -8,7 +8,8 @@ import sqlite3
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, build_table, rank
 from slurm_ext.policy.kinds import Completed
-from slurm_ext.service import Service, ServiceConfig, fold_jobs, job_view, with_kinds
+from slurm_ext.records import fold_jobs
+from slurm_ext.service import Service, ServiceConfig, job_view, with_kinds
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.store import MIGRATIONS, SCHEMA_VERSION, Store
 from slurm_ext.testing.replay import ReplayClient
