@@ -13,28 +13,39 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices, positive
-from slurm_ext.hints import parse_hints
-from slurm_ext.model import Decision, Job, JobView, Node
-from slurm_ext.policy import PolicyConfig, network_sensitive, place, rank
-from slurm_ext.policy.placement import consolidate_for
-from slurm_ext.policy.preemption import (
-    RunningJob,
-    WaitingJob,
-    choose_victims,
-    requeue_cost_gpu_s,
-)
+from slurm_ext.model import Decision, Job, Node
+from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold, persisted_fields
+from slurm_ext.service_steps import (
+    job_view,
+    plan_placements,
+    preemption_victims,
+    same_decision,
+    with_kinds,
+)
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import completion_rows
 from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
 log = logging.getLogger("slurm_ext.service")
+# the pure steps, importable from here as before
+__all__ = [
+    "PassResult",
+    "Service",
+    "ServiceConfig",
+    "SlurmSection",
+    "job_view",
+    "plan_placements",
+    "preemption_victims",
+    "same_decision",
+    "with_kinds",
+]
 
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
 
@@ -109,172 +120,6 @@ class PassResult:
     placements: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
-# ---- pure pieces ----------------------------------------------------------------------
-
-
-def same_decision(
-    old: DecisionRecord,
-    d: Decision,
-    value: int | None,
-    mode: str,
-    placement: tuple[str, ...] | None,
-) -> bool:
-    """Is the stored decision what this pass decided (all but when it was made)?"""
-    return (
-        old.rank == d.rank
-        and old.queue == d.queue
-        and old.gittins == d.index
-        and old.promoted == d.promoted
-        and old.reason == d.reason
-        and old.value == value
-        and old.mode == mode
-        and old.placement == placement
-    )
-
-
-def with_kinds(
-    completions: Sequence[tuple[int, float, float, float]],
-    jobs: Sequence[Job],
-    records: dict[int, JobRecord],
-) -> list[tuple]:
-    """Completions with each job's kind (user, name, account, time limit) from the
-    snapshot, or from its record when it is gone from Slurm (no account or limit then)."""
-    by_id = {j.job_id: j for j in jobs}
-    out: list[tuple] = []
-    for c in completions:
-        job = by_id.get(c[0])
-        if job is not None:
-            out.append((*c, job.user, job.name, job.account, job.time_limit_s))
-        elif (rec := records.get(c[0])) is not None:
-            out.append((*c, rec.user, rec.name, "", None))
-        else:
-            out.append(tuple(c))
-    return out
-
-
-def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
-    return JobView(
-        job_id=job.job_id,
-        gpus=max(1, job.gpus),
-        submit_time=job.submit_time,
-        attained_gpu_s=rec.attained_gpu_s(now),
-        executed_s=rec.executed_s(now),
-        running=job.running,
-        # the policy reads the current stint for a running job, the last one for a waiting job
-        last_run_s=(now - rec.run_start) if rec.run_start is not None else rec.last_run_s,
-        waiting_since=rec.waiting_since,
-        user=job.user,
-        partition=job.partition,
-        model_tag=rec.model_tag,
-        promoted_at_gpu_s=rec.promoted_at_gpu_s if job.running else None,
-        job_name=job.name,
-        account=job.account,
-        time_limit_s=job.time_limit_s,
-    )
-
-
-def preemption_victims(
-    decisions: Sequence[Decision],
-    by_id: dict[int, Job],
-    nodes: Sequence[Node],
-    pins: Collection[int],
-    now: float,
-    policy: PolicyConfig,
-    placement_mode: str,
-) -> tuple[int | None, list[int]]:
-    """The best waiting job and the running jobs to requeue for it, worst first.
-
-    Eligible: Slurm may requeue it (--requeue) and it opted in (`checkpoint=1`), not
-    pinned, past min_run_s. A running job's GPUs per node: its per-node request, else its
-    GPUs spread evenly over its nodes (Slurm's JSON carries no per-node split).
-    """
-    waiting = [d for d in decisions if by_id[d.job_id].pending and not by_id[d.job_id].held]
-    if not waiting:
-        return None, []
-    top, top_rank = by_id[waiting[0].job_id], waiting[0].rank
-    free = {n.name: n.gpus_free for n in nodes if n.schedulable}
-    below = []
-    for d in reversed(decisions):
-        job = by_id[d.job_id]
-        if d.rank <= top_rank or not job.running:
-            continue
-        ran = now - (job.start_time if job.start_time is not None else now)
-        lost = 0.0
-        if policy.preemption_cost:  # its stint restarted from a checkpoint: count from there
-            lost = requeue_cost_gpu_s(
-                job.gpus, ran, policy.preemption_checkpoint_s, policy.preemption_restart_s
-            )
-        below.append(
-            RunningJob(
-                job.job_id,
-                tuple((n, g) for n, g in _per_node(job) if n in free),
-                job.requeue and parse_hints(job.comment).checkpoint,
-                ran,
-                job.job_id in pins,
-                lost_gpu_s=lost,
-                preemptions=job.restart_count or 0,
-            )
-        )
-    model = parse_hints(top.comment).model
-    gain = None
-    if policy.preemption_cost:  # the wait it has paid so far (rent or buy)
-        gain = top.gpus * max(0.0, now - top.submit_time)
-    want = WaitingJob(
-        top.job_id,
-        top.gpus,
-        consolidate_for(placement_mode, network_sensitive(model)),
-        gain_gpu_s=gain,
-    )
-    capacity = max((n.gpus for n in nodes), default=0)
-    return top.job_id, choose_victims(
-        want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
-    )
-
-
-def _per_node(job: Job) -> list[tuple[str, int]]:
-    if not job.nodes:
-        return []
-    if job.gpus_per_node:
-        return [(n, job.gpus_per_node) for n in job.nodes]
-    share, extra = divmod(job.gpus, len(job.nodes))
-    return [(n, share + (1 if i < extra else 0)) for i, n in enumerate(job.nodes)]
-
-
-def plan_placements(
-    ranked_pending: Sequence[Job], nodes: Sequence[Node], mode: str
-) -> dict[int, tuple[str, ...] | None]:
-    """Node sets for pending jobs that can start now, in rank order; None: no hint.
-
-    Only per-job GPU requests (--gpus=N) and single-node jobs get hints: rewriting the
-    node count of a per-node request would change how many GPUs it gets.
-    """
-    free = {n.name: n for n in nodes if n.schedulable}
-    out: dict[int, tuple[str, ...] | None] = {}
-    for job in ranked_pending:
-        if job.gpus <= 0:
-            continue
-        cands = place(
-            job.job_id,
-            job.gpus,
-            list(free.values()),
-            mode=mode,
-            model_tag=parse_hints(job.comment).model,
-        )
-        hintable = job.gpus > 1 and (job.gpus_per_node == 0 or job.num_nodes == 1)
-        if not cands:
-            out[job.job_id] = None
-            continue
-        best = cands[0]
-        out[job.job_id] = best.nodes if hintable else None
-        need = job.gpus
-        for name in best.nodes:  # take the GPUs so later jobs see what is left
-            n = free[name]
-            take = min(n.gpus_free, need)
-            free[name] = replace(n, gpus_alloc=n.gpus_alloc + take)
-            need -= take
-    return out
-
-
 # ---- the shell ----------------------------------------------------------------------
 
 
@@ -333,8 +178,8 @@ class Service:
         res.decisions, res.ranked = decisions, len(decisions)
         by_id = {j.job_id: j for j in active}
         self._rewritten &= by_id.keys()  # forget jobs that left the queue
-        written, placed = self._act(res, decisions, by_id, nodes, stored)
-        self._remember(decisions, stored, written, placed, now)
+        values, placed = self._act(res, decisions, by_id, nodes, stored)
+        self._remember(decisions, stored, values, placed, now)
         self._finish(res, t0)
         return res
 
@@ -378,9 +223,9 @@ class Service:
         by_id: dict[int, Job],
         nodes: Sequence[Node],
         stored: dict[int, DecisionRecord],
-    ) -> tuple[dict[int, int | None], dict[int, tuple[str, ...] | None]]:
+    ) -> tuple[dict[int, int], dict[int, tuple[str, ...] | None]]:
         """Write the values, placements and requeues this order asks for (planned only,
-        in a dry run); what each job holds afterwards: (values, placements)."""
+        in a dry run); what took: (values, placements) of the jobs written this pass."""
         pins = self.store.pins()
         targets = [
             job
@@ -396,19 +241,15 @@ class Service:
         if self.config.placement:
             placements = plan_placements(targets, nodes, self.config.placement_mode)
         res.placements = {j: p for j, p in placements.items() if p}
-        written: dict[int, int | None] = {j: None for j in by_id}
-        placed: dict[int, tuple[str, ...] | None] = {j: None for j in by_id}
-        for j, d in stored.items():
-            if j in written:
-                written[j], placed[j] = d.value, d.placement
+        values: dict[int, int] = {}
+        placed: dict[int, tuple[str, ...] | None] = {}
         if self.dry_run:
-            return written, placed
+            return values, placed
         try:
-            written.update(self._write_values(res, res.planned))
+            values.update(self._write_values(res, res.planned))
             for job_id, nodes_ in placements.items():
-                if nodes_ != placed.get(job_id) and self._write(
-                    res, self._set_placement, job_id, nodes_
-                ):
+                now_placed = stored[job_id].placement if job_id in stored else None
+                if nodes_ != now_placed and self._write(res, self._set_placement, job_id, nodes_):
                     placed[job_id] = nodes_
             if self.config.preemption == "requeue":
                 self._preempt(res, decisions, by_id, nodes, pins)
@@ -417,26 +258,34 @@ class Service:
             # as written is written again next pass (same values: harmless)
             res.errors += 1
             log.warning("slurmctld stopped answering; writes resume next pass: %s", exc)
-        return written, placed
+        return values, placed
 
     def _remember(
         self,
         decisions: Sequence[Decision],
         stored: dict[int, DecisionRecord],
-        written: dict[int, int | None],
+        values: dict[int, int],
         placed: dict[int, tuple[str, ...] | None],
         now: float,
     ) -> None:
-        """Store this pass's decisions: only those that differ from the stored ones (a
-        decision keeps the time it was made), and drop those of jobs that left."""
+        """Store this pass's decisions: only those that differ from the stored ones, and
+        drop those of jobs that left. A job's value and placement are what this pass
+        wrote, else what was stored. A decision keeps the time it was made while only its
+        rank moves (every waiting job's rank moves when a running one passes it): that
+        is one cheap rank update, not a new row."""
         mode = self.config.mode
         fresh: dict[int, DecisionRecord] = {}
         new: list[DecisionRecord] = []
+        moved: list[DecisionRecord] = []
         for d in decisions:
             j = d.job_id
-            value, placement = written.get(j), placed.get(j)
             old = stored.get(j)
+            value = values.get(j, old.value if old is not None else None)
+            placement = placed[j] if j in placed else (old.placement if old is not None else None)
             if old is not None and same_decision(old, d, value, mode, placement):
+                if old.rank != d.rank:
+                    old = old.reranked(d.rank)
+                    moved.append(old)
                 fresh[j] = old
                 continue
             fresh[j] = rec = DecisionRecord(
@@ -453,7 +302,7 @@ class Service:
             )
             new.append(rec)
         previous = self._decisions or {}
-        self.store.save_decisions(new, drop=[j for j in previous if j not in fresh])
+        self.store.save_decisions(new, drop=[j for j in previous if j not in fresh], moved=moved)
         self._decisions = fresh
 
     def _finish(self, res: PassResult, t0: float) -> None:

@@ -178,13 +178,9 @@ class JobRecord:
         )
 
     def seen(self, now: float) -> JobRecord:
-        """This record, seen again at `now` with nothing else changed. Every pass does
-        this for nearly every job, so it copies the fields instead of running the frozen
-        dataclass's __init__ (ten times slower at 55,000 records)."""
-        rec = object.__new__(JobRecord)
-        rec.__dict__.update(self.__dict__)
-        rec.__dict__["last_seen"] = now
-        return rec
+        """This record, seen again at `now` with nothing else changed (every pass, for
+        nearly every job)."""
+        return _copy_with(self, last_seen=now)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
@@ -209,6 +205,21 @@ class DecisionRecord:
     mode: str
     placement: tuple[str, ...] | None
     decided_at: float
+
+    def reranked(self, rank: int) -> DecisionRecord:
+        """The same decision at another position in the order (most waiting jobs move
+        every pass as running jobs pass them)."""
+        return _copy_with(self, rank=rank)
+
+
+def _copy_with(rec: Any, **changes: Any) -> Any:
+    """A copy of a frozen record with `changes`, made by copying its fields rather than
+    running its dataclass __init__ (which has no checks to skip): a pass does this for
+    nearly every one of 55,000 jobs, and `dataclasses.replace` is ten times slower."""
+    new = object.__new__(type(rec))
+    new.__dict__.update(rec.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 STORE_MODE = 0o640  # owner and group: SQLite gives its -wal and -shm files the same mode
@@ -386,9 +397,20 @@ class Store:
             r["job_id"]: _decision_record(r) for r in self.db.execute("SELECT * FROM decisions")
         }
 
-    def save_decisions(self, records: Iterable[DecisionRecord], drop: Iterable[int] = ()) -> None:
+    def save_decisions(
+        self,
+        records: Iterable[DecisionRecord],
+        drop: Iterable[int] = (),
+        moved: Iterable[DecisionRecord] = (),
+    ) -> None:
+        """Upsert `records`, delete the decisions of `drop`, and give the (stored)
+        decisions of `moved` their new rank, atomically."""
         with self.db:
             self.db.executemany("DELETE FROM decisions WHERE job_id = ?", [(j,) for j in drop])
+            self.db.executemany(
+                "UPDATE decisions SET rank = ? WHERE job_id = ?",
+                [(d.rank, d.job_id) for d in moved],
+            )
             self.db.executemany(
                 "INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [

@@ -461,3 +461,51 @@ def test_writes_stop_when_slurmctld_stops_answering_and_resume_next_pass(tmp_pat
     res = svc.run_pass(1020.0)
     assert client.calls[2] == {2: client.calls[1][2]}  # only the failed one, same value
     store.close()
+
+
+def test_a_pass_persists_only_what_changed_and_the_store_keeps_up(tmp_path):
+    """A pass writes only records whose persisted fields changed and decisions that
+    changed; a decision whose rank alone moved keeps the time it was made, with its new
+    rank in the store. What the store holds is what the service decided, every pass."""
+    from slurm_ext.policy import PolicyConfig
+    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.testing.replay import ReplayClient
+
+    def pending(job_id: int, submit: float) -> Job:
+        return Job(job_id=job_id, state=JobState.PENDING, gpus=1, submit_time=submit)
+
+    running = Job(job_id=1, state=JobState.RUNNING, gpus=1, submit_time=10.0, start_time=20.0,
+                  nodes=("n1",))  # fmt: skip
+    jobs = [running, *(pending(j, 50.0 + j) for j in range(2, 6))]
+    client = ReplayClient(jobs, [Node("n1", state="MIXED", gpus=4, gpus_alloc=1)])
+    cfg = ServiceConfig(store=str(tmp_path / "s.db"), port=0, history_source="store",
+                        policy=PolicyConfig(policy="fifo"))  # fmt: skip
+    store = Store(cfg.store)
+    saved: list[list] = []
+    save_jobs = store.save_jobs
+    store.save_jobs = lambda records, completions=(): (  # type: ignore[method-assign]
+        saved.append(list(records)),
+        save_jobs(records, completions),
+    )
+    svc = Service(cfg, client, store)
+    svc.run_pass(100.0)
+    assert sorted(r.job_id for r in saved[-1]) == [1, 2, 3, 4, 5]
+    first = store.decisions()
+    svc.run_pass(130.0)  # nothing changed in Slurm
+    assert saved[-1] == []
+    client.jobs_snapshot = [*jobs, pending(6, 40.0)]  # submitted before the others: first
+    res = svc.run_pass(160.0)
+    assert [r.job_id for r in saved[-1]] == [6]
+    stored = store.decisions()
+    assert {d.job_id: d.rank for d in res.decisions} == {j: d.rank for j, d in stored.items()}
+    moved = [j for j in range(2, 6) if stored[j].rank != first[j].rank]
+    assert moved, "the new job should move the waiting ones down"
+    for j in moved:  # only the rank moved: the same decision, made at the first pass
+        assert stored[j].decided_at == 100.0
+        assert (stored[j].queue, stored[j].reason, stored[j].value) == (
+            first[j].queue, first[j].reason, first[j].value,
+        )  # fmt: skip
+    assert stored[6].decided_at == 160.0
+    # a fresh service on the same store reads what this one holds in memory
+    assert Service(cfg, client, store)._load()[1] == svc._decisions
+    store.close()
