@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices, positive
-from slurm_ext.model import Decision, Job, Node
+from slurm_ext.model import Decision, Job, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold, persisted_fields
@@ -26,6 +26,7 @@ from slurm_ext.service_steps import (
     plan_placements,
     preemption_victims,
     same_decision,
+    waiting_inputs,
     with_kinds,
 )
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
@@ -145,6 +146,7 @@ class Service:
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
         self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
+        self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
         self._wal_warned_at = -1e9
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
@@ -209,7 +211,19 @@ class Service:
     ) -> list[Decision]:
         """The policy's order of the managed active jobs (the simulator's `rank`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
-        views = [job_view(j, records[j.job_id], now) for j in active]
+        views = []
+        reused: dict[int, tuple[tuple, JobView]] = {}
+        for job in active:
+            rec = records[job.job_id]
+            if rec.run_start is not None or job.running:
+                views.append(job_view(job, rec, now))
+                continue
+            key = waiting_inputs(job, rec)
+            last = self._views.get(job.job_id)
+            view = last[1] if last is not None and last[0] == key else job_view(job, rec, now)
+            reused[job.job_id] = (key, view)
+            views.append(view)
+        self._views = reused  # waiting jobs' views, for the next pass
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         decisions = rank(views, now, policy, history or None)

@@ -509,3 +509,51 @@ def test_a_pass_persists_only_what_changed_and_the_store_keeps_up(tmp_path):
     # a fresh service on the same store reads what this one holds in memory
     assert Service(cfg, client, store)._load()[1] == svc._decisions
     store.close()
+
+
+def _other(value):
+    """A different value of the same kind, for perturbing one field."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, JobState):
+        return JobState.SUSPENDED if value != JobState.SUSPENDED else JobState.PENDING
+    if isinstance(value, (int, float)):
+        return value + 7
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, tuple):
+        return (*value, "x")
+    return 3.0  # None: an optional number
+
+
+def test_a_waiting_jobs_view_is_reused_only_while_all_it_reads_is_equal():
+    """`waiting_inputs` holds everything `job_view` reads of a job that is not running:
+    changing any one field of the job or its record that changes the view changes them."""
+    from dataclasses import fields, replace
+
+    from slurm_ext.service_steps import job_view, waiting_inputs
+    from slurm_ext.store import JobRecord
+
+    job = Job(job_id=4, name="n", user="u", account="a", partition="p", gpus=2,
+              submit_time=100.0, time_limit_s=600.0, comment="model=bert")  # fmt: skip
+    rec = JobRecord(job_id=4, user="u", partition="p", name="n", model_tag="bert", gpus=2,
+                    submit_time=100.0, closed_gpu_s=50.0, closed_run_s=25.0, last_run_s=25.0,
+                    run_start=None, waiting_since=200.0, last_seen=300.0, state="PENDING",
+                    done=False)  # fmt: skip
+    base_view, base_key = job_view(job, rec, 400.0), waiting_inputs(job, rec)
+    checked = 0
+    for obj, fs in ((job, fields(job)), (rec, fields(rec))):
+        for f in fs:
+            j2, r2 = job, rec
+            if obj is job:
+                j2 = replace(job, **{f.name: _other(getattr(job, f.name))})
+            else:
+                r2 = replace(rec, **{f.name: _other(getattr(rec, f.name))})
+            if r2.run_start is not None or j2.running:
+                continue  # running: never reused
+            if job_view(j2, r2, 400.0) != base_view:
+                checked += 1
+                assert waiting_inputs(j2, r2) != base_key, f"{type(obj).__name__}.{f.name}"
+    assert checked >= 10
+    # and the service reuses an equal view across passes: same object
+    assert job_view(job, rec, 500.0) == base_view  # a waiting job's view does not age
