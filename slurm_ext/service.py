@@ -352,7 +352,8 @@ class Service:
             )
 
     def _import_history(self, now: float) -> None:
-        """Refresh completions from sacct when due; never fails the pass."""
+        """Refresh completions from Slurm's accounting (sacct or pyslurm.db, through the
+        client) when due; never fails the pass."""
         source = self.config.history_source
         if source == "store" or now < self._next_sacct:
             return
@@ -361,17 +362,17 @@ class Service:
             rows = completion_rows(self.client.completed_jobs(now - self.config.sacct_days * 86400))
         except SlurmError as exc:
             if source == "sacct":
-                log.error("sacct history unavailable, using the store's history: %s", exc)
+                log.error("accounting history unavailable, using the store's history: %s", exc)
             else:
                 log.info(
-                    "no sacct history (%s); the Gittins distribution uses jobs the service saw",
+                    "no accounting history (%s); the Gittins distribution uses jobs the service saw",
                     exc.message,
                 )
                 self._next_sacct = float("inf")  # auto: accounting is off here, stop asking
             return
         added = self.store.add_completions(rows, "sacct")
         log.info(
-            "sacct history: %d GPU jobs in the last %.0f days, %d new",
+            "accounting history: %d GPU jobs in the last %.0f days, %d new",
             len(rows),
             self.config.sacct_days,
             added,

@@ -56,7 +56,7 @@ def read_trace(
 ) -> Trace:
     """Read a trace, sorted by submit time and (with `shift`) moved so the first submit is 0.
 
-    The service reads sacct history with shift=False to keep wall-clock times."""
+    shift=False keeps wall-clock times."""
     if fmt not in FORMATS:
         raise ValueError(f"trace format must be one of {FORMATS}, got {fmt!r}")
     p = Path(path)
