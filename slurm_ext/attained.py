@@ -3,9 +3,10 @@ at the GPUs it held.
 
 One pure value (`Attained`) for every shell that accounts service: the service folds
 Slurm's snapshots into it (`slurm_ext.records`), its store persists it (`JobRecord`
-columns), the simulator's jobs keep one. A stint is split into segments at every change of its GPU count: the
-owner of a running job can shrink it (`scontrol update NumNodes=1`), and charging the
-whole stint at the new count would cut the service already recorded. The moment of a
+columns), the simulator's jobs keep one (`SimJob.service`). A stint is split into
+segments at every change of its GPU count: the owner of a running job can shrink it
+(`scontrol update NumNodes=1`), and charging the whole stint at the new count would cut
+the service already recorded. The moment of a
 change is only known to lie between the pass that last saw the old count and the one
 that sees the new count; that gap is charged at the larger of the two, so a job's
 attained service never decreases.
