@@ -6,8 +6,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from nodeagent.gpu import GpuSample
-from nodeagent.report import JobReport
 from slurm_ext.policy import colocation as co
+from slurm_ext.reports import JobReport
 
 
 @dataclass(frozen=True)

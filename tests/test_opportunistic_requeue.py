@@ -11,12 +11,12 @@ import pytest
 from conftest import wait_for
 
 from nodeagent.accounts import JobAccount
-from nodeagent.report import JobReport, decode_reports, encode_reports
 from slurm_ext.config import ConfigError, load_config
 from slurm_ext.model import Job, JobState
 from slurm_ext.opportunistic_requeue import OpportunisticSection, overdue_jobs, paused_for
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.opportunistic import overdue
+from slurm_ext.reports import JobReport, decode_reports, encode_reports
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.engine import SimConfig
@@ -272,7 +272,7 @@ def test_serve_requeues_on_a_signed_agent_report(clean_queue, tmp_path):
 
     from test_service_live import _post, start_service, stop, write_config
 
-    from nodeagent.report import sign
+    from slurm_ext.reports import sign
     from slurm_ext.slurm.cli_backend import CliSlurmClient
 
     c = clean_queue

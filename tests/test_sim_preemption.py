@@ -17,7 +17,7 @@ from slurm_ext.policy.preemption import (
     choose_victims,
     requeue_cost_gpu_s,
 )
-from slurm_ext.service import _per_node, preemption_victims
+from slurm_ext.service_steps import _per_node, preemption_victims
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.traces import TraceJob

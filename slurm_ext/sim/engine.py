@@ -468,10 +468,10 @@ class Simulator(SlurmPasses, NodeClearing):
                 return
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
-        if starved(
-            False, job.last_run, job.waiting_since, job.submit, now, self.cfg
-        ):  # a promoted job gets a fresh quantum
-            job.promoted_at = job.attained
+        # a promoted job gets a fresh quantum
+        job.begin_stint(
+            now, starved(False, job.last_run, job.waiting_since, job.submit, now, self.cfg)
+        )
         self._take(alloc, job.cpus_per_gpu)
         self.pending_ver += 1  # it leaves the pending set
         self.n_pending -= 1
@@ -503,12 +503,9 @@ class Simulator(SlurmPasses, NodeClearing):
             self.ledger.charge(job.user, job.gpus, job.start, now)
         ran = now - job.start
         job.progress = min(job.duration, job.progress + max(0.0, ran - job.overhead) / job.slowdown)
-        job.attained += job.gpus * ran
-        job.executed += ran
-        job.last_run = ran
+        job.end_stint(now)
         job.running = False
         self.running_jobs.discard(job)
-        job.promoted_at = None
         job.run_ver += 1
         if release:
             self._give(job.alloc, job.cpus_per_gpu)

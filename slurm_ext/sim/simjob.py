@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from slurm_ext.attained import Attained
 from slurm_ext.model import JobView
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.sim.cpus import DEFAULT_KNEES
@@ -117,7 +118,7 @@ class SimJob:
         "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
         "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
-        "limit", "preemptible", "killed", "timed_out", "name", "account",
+        "limit", "preemptible", "killed", "timed_out", "name", "account", "service",
     )  # fmt: skip
 
     def __init__(
@@ -134,6 +135,10 @@ class SimJob:
         self.name, self.account = t.job_name, t.account
         self.must_consolidate = must_consolidate
         self.progress = 0.0  # work seconds done (at full speed)
+        # its attained service, the value the live service keeps too (slurm_ext.attained);
+        # attained, executed, last_run and promoted_at copy it for the engine's hot path
+        # and change only with it (begin_stint, end_stint)
+        self.service = Attained()
         self.attained = 0.0  # GPU-seconds held, before the current stint
         self.executed = 0.0  # wall seconds held, before the current stint
         self.running = False
@@ -158,7 +163,20 @@ class SimJob:
         self.killed = False  # this stint's end event is its time limit
         self.timed_out = False  # killed at its limit (finished, unfinished work)
 
+    def begin_stint(self, now: float, promoted: bool) -> None:
+        """A run stint starts at `now`; `promoted`: the starvation guard lifted the job,
+        so the stint's queue counts from the service it has now."""
+        self.service = self.service.started(now, self.gpus, promoted)
+        self.promoted_at = self.service.promoted_at_gpu_s
+
+    def end_stint(self, now: float) -> None:
+        """The running stint ends at `now` (preempted or finished)."""
+        self.service = s = self.service.closed(now)
+        self.attained, self.executed, self.last_run = s.closed_gpu_s, s.closed_run_s, s.last_run_s
+        self.promoted_at = None
+
     def view(self, now: float) -> JobView:
+        # from the copied fields: a job running on shards (sim/coloc.py) has no stint
         ran = now - self.start if self.running else 0.0
         return JobView(
             job_id=self.id,
