@@ -1,6 +1,5 @@
-"""The simulator's preemption: the one rule (`policy.preemption.choose_victims`) on the
-simulator's state, and its incremental node-clearing tables, an acceleration of the rule
-for jobs that must consolidate.
+"""The simulator's node-clearing tables and no-room cache: accelerations of the
+preemption rule (`sim.preemption`) that give the same answers.
 
 The tables are used only while every running job may be preempted (`choose_victims` is
 called directly otherwise); tests/test_sim_preemption.py checks that each clearing
@@ -24,21 +23,12 @@ are free already), rebuilt lazily for nodes marked dirty.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
-from heapq import heappop
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy import choose_gpus
 from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.preemption import (
-    RunningJob,
-    WaitingJob,
-    choose_victims,
-    requeue_cost_gpu_s,
-)
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -49,99 +39,7 @@ _first = itemgetter(0)
 
 
 class NodeClearing:
-    """Mixin of `Simulator`: preemption, the clearing tables and the no-room cache."""
-
-    def _make_room(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
-        """Preempt the running jobs `choose_victims` picks for `job`; its GPUs, or None if
-        they cannot make room.
-
-        For a job that must consolidate, while every job may be preempted, the clearing
-        tables (sim/clearing.py) pick the same victims faster.
-        """
-        if job.must_consolidate:
-            if self.all_preemptible and not self.verify_victims:
-                return self._clear_nodes(job, now)
-            below = sorted(
-                (e for e in self.running if e[1] == e[3].key_ver and e[3].running),
-                key=_first,
-            )
-            cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
-            victims = self._victims(job, cands, now)
-            if self.all_preemptible:  # verify_victims: the tables must agree
-                alloc = self._clear_nodes(job, now)
-                if sorted(self.cleared) != sorted(victims):
-                    raise AssertionError(
-                        f"job {job.id}: clearing tables preempted {sorted(self.cleared)}, "
-                        f"choose_victims picks {sorted(victims)}"
-                    )
-                return alloc
-            if not victims:
-                self._no_room_here(job, tuple(self.node_names))
-                return None
-            for v in victims:
-                self._preempt(self.by_id[v], now, release=True)
-            return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
-        popped: list[tuple] = []
-        victims = self._victims(job, self._pop_below(job, now, popped), now)
-        gone = set(victims)
-        for entry in popped:
-            if entry[3].id in gone:
-                self._preempt(entry[3], now, release=True)
-            else:
-                heapq.heappush(self.running, entry)
-        if not victims:
-            self.no_room[job.id] = (job.key_ver, self.epoch)
-            return None
-        return choose_gpus(self.idx, job.gpus, False, self._cpus(job.cpus_per_gpu))
-
-    def _pop_below(
-        self: Simulator, job: SimJob, now: float, popped: list[tuple]
-    ) -> Iterator[RunningJob]:
-        """The running jobs ranked below `job`, worst first, popped off the running heap as
-        they are read (into `popped`)."""
-        while True:
-            top = self._top(self.running, True)
-            if top is None or not top.key > job.key:
-                return
-            popped.append(heappop(self.running))
-            yield self._running_view(top, now)
-
-    def _running_view(self: Simulator, job: SimJob, now: float) -> RunningJob:
-        lost = 0.0
-        if self.cfg.preemption_cost:  # estimated as the service does: from its stint's start
-            cl = self.cl
-            ran = now - job.start
-            lost = requeue_cost_gpu_s(
-                job.gpus, ran, cl.checkpoint_interval_s, cl.restart_overhead_s
-            )
-        return RunningJob(
-            job.id,
-            tuple(job.alloc),
-            job.preemptible,
-            now - job.start,
-            False,
-            job.cpus_per_gpu,
-            lost,
-            job.preemptions,
-        )
-
-    def _victims(
-        self: Simulator, job: SimJob, below: Iterable[RunningJob], now: float
-    ) -> list[int]:
-        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
-        gain = None
-        if self.cfg.preemption_cost:
-            gain = job.gpus * (now - job.waiting_since)
-        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu, gain)
-        return choose_victims(
-            waiting,
-            below,
-            self.idx.free,
-            self.idx.capacity,
-            self.cfg.min_run_s,
-            self.free_cpus,
-            self.cfg.max_preemptions,
-        )
+    """Mixin of `Simulator`: the clearing tables and the no-room cache."""
 
     def _may_make_room(self: Simulator, job: SimJob) -> bool:
         """False if `_make_room` would fail as it did last time (see `no_room`)."""
@@ -230,12 +128,12 @@ class NodeClearing:
             here = self.on_node[node]
             share = [(node, target)]
             for key, _, v in self.node_worst[node]:  # worst first
-                if self._fits(share, cpg) or not key > jk:
+                if self.cluster.fits(share, cpg) or not key > jk:
                     break
                 if v in here:  # not gone already with an earlier node
                     self._preempt(v, now, release=True)
                     self.cleared.append(v.id)
-        return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
+        return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
 
     def _no_room_here(self: Simulator, job: SimJob, room: tuple[str, ...]) -> None:
         """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
