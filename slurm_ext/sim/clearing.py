@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from slurm_ext.policy import choose_gpus
 from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy.preemption import eligible
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -133,6 +134,84 @@ class NodeClearing:
                 if v in here:  # not gone already with an earlier node
                     self._preempt(v, now, release=True)
                     self.cleared.append(v.id)
+        return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
+
+    def _clear_eligible(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """`choose_victims` for a consolidated job when the rule may leave some running
+        jobs (not opted in, capped, within `min_run_s`, or costing more than the job's
+        wait gains): the same victims in the same order, read off each node's jobs worst
+        first (`node_worst`) only as far as that node's need, instead of off every
+        running job.
+
+        Per node: its free GPUs, then its eligible jobs ranked below `job` worst first,
+        until `target` GPUs would be free; that job is the node's need (ABOVE_ALL: free
+        already). The nodes whose needs rank lowest are cleared (ties: node order), on
+        each the eligible jobs worst first until the job's GPUs and cores are free there;
+        the victims go worst first, as the rule lists them.
+        """
+        self.cleared = []
+        cap = self.idx.capacity
+        need_nodes, target, jk = min_nodes(job.gpus, cap), min(job.gpus, cap), job.key
+        if self.dirty:
+            self._index_nodes()
+        cfg = self.cfg
+        gain = job.gpus * (now - job.waiting_since) if cfg.preemption_cost else None
+        ok: dict[SimJob, bool] = {}  # eligibility, read once per job
+
+        def may_go(v: SimJob) -> bool:
+            e = ok.get(v)
+            if e is None:
+                view = self._running_view(v, now)
+                e = ok[v] = eligible(view, cfg.min_run_s, cfg.max_preemptions, gain)
+            return e
+
+        free, node_worst = self.idx.free, self.node_worst
+        needs: list[tuple[tuple, int]] = []  # (need, node position), in node order
+        for pos, node in enumerate(self.node_names):
+            room = free[node]
+            if room >= target:
+                needs.append((ABOVE_ALL, pos))
+                continue
+            for key, g, v in node_worst[node]:  # worst first
+                if not key > jk:
+                    break
+                if may_go(v):
+                    room += g
+                    if room >= target:
+                        needs.append((key, pos))
+                        break
+        if len(needs) < need_nodes:
+            return self._no_room_here(job, tuple(self.node_names))
+        needs.sort(key=_first, reverse=True)  # stable: node order among equal needs
+        # free GPUs and cores as the victims picked so far would leave them
+        cpus = self.free_cpus
+        freed: dict[str, int] = {}
+        freed_cpus: dict[str, int] = {}
+        want_cpus = target * job.cpus_per_gpu
+        gone: list[tuple[tuple, SimJob]] = []
+        taken: set[SimJob] = set()
+        for _, pos in needs[:need_nodes]:
+            node = self.node_names[pos]
+            for key, _, v in node_worst[node]:
+                if free[node] + freed.get(node, 0) >= target and (
+                    cpus is None or cpus[node] + freed_cpus.get(node, 0) >= want_cpus
+                ):
+                    break
+                if not key > jk:
+                    break
+                if v in taken or not may_go(v):
+                    continue
+                taken.add(v)
+                gone.append((key, v))
+                for n, g in v.alloc:
+                    freed[n] = freed.get(n, 0) + g
+                    freed_cpus[n] = freed_cpus.get(n, 0) + g * v.cpus_per_gpu
+        if not gone:
+            return self._no_room_here(job, tuple(self.node_names))
+        gone.sort(key=_first, reverse=True)  # worst first (keys are unique)
+        for _, v in gone:
+            self._preempt(v, now, release=True)
+            self.cleared.append(v.id)
         return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
 
     def _no_room_here(self: Simulator, job: SimJob, room: tuple[str, ...]) -> None:

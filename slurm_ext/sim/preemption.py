@@ -39,32 +39,22 @@ class Preemption:
         """Preempt the running jobs `choose_victims` picks for `job`; its GPUs, or None if
         they cannot make room.
 
-        For a job that must consolidate, while every job may be preempted, the clearing
-        tables (sim/clearing.py) pick the same victims faster.
+        For a job that must consolidate the clearing tables (sim/clearing.py) pick the
+        same victims faster.
         """
         if job.must_consolidate:
-            if self.all_preemptible and not self.verify_victims:
-                return self._clear_nodes(job, now)
-            below = sorted(
-                (e for e in self.running if e[1] == e[3].key_ver and e[3].running),
-                key=_first,
-            )
-            cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
-            victims = self._victims(job, cands, now)
-            if self.all_preemptible:  # verify_victims: the tables must agree
+            want = self._rule_victims(job, now) if self.verify_victims else None
+            if self.all_preemptible:
                 alloc = self._clear_nodes(job, now)
-                if sorted(self.cleared) != sorted(victims):
-                    raise AssertionError(
-                        f"job {job.id}: clearing tables preempted {sorted(self.cleared)}, "
-                        f"choose_victims picks {sorted(victims)}"
-                    )
-                return alloc
-            if not victims:
-                self._no_room_here(job, tuple(self.node_names))
-                return None
-            for v in victims:
-                self._preempt(self.by_id[v], now, release=True)
-            return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
+                got, want = sorted(self.cleared), sorted(want or ())
+            else:
+                alloc = self._clear_eligible(job, now)
+                got = self.cleared  # in the rule's order too
+            if self.verify_victims and got != want:
+                raise AssertionError(
+                    f"job {job.id}: the clearing preempted {got}, choose_victims picks {want}"
+                )
+            return alloc
         popped: list[tuple] = []
         victims = self._victims(job, self._pop_below(job, now, popped), now)
         gone = set(victims)
@@ -77,6 +67,16 @@ class Preemption:
             self.no_room[job.id] = (job.key_ver, self.epoch)
             return None
         return choose_gpus(self.idx, job.gpus, False, self.cluster.cpus(job.cpus_per_gpu))
+
+    def _rule_victims(self: Simulator, job: SimJob, now: float) -> list[int]:
+        """`choose_victims` for `job` read off every running job (tests: the clearing
+        tables must agree with it)."""
+        below = sorted(
+            (e for e in self.running if e[1] == e[3].key_ver and e[3].running), key=_first
+        )
+        return self._victims(
+            job, [self._running_view(e[3], now) for e in below if e[3].key > job.key], now
+        )
 
     def _pop_below(
         self: Simulator, job: SimJob, now: float, popped: list[tuple]
