@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from slurm_ext.policy import choose_gpus
 from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.preemption import eligible
+from slurm_ext.policy.preemption import requeue_cost_gpu_s
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
@@ -138,60 +138,61 @@ class NodeClearing:
 
     def _clear_eligible(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """`choose_victims` for a consolidated job when the rule may leave some running
-        jobs (not opted in, capped, within `min_run_s`, or costing more than the job's
-        wait gains): the same victims in the same order, read off each node's jobs worst
-        first (`node_worst`) only as far as that node's need, instead of off every
-        running job.
+        jobs (not opted in, capped, or costing more than the job's wait gains): the same
+        victims, in the rule's order (worst first).
 
-        Per node: its free GPUs, then its eligible jobs ranked below `job` worst first,
-        until `target` GPUs would be free; that job is the node's need (ABOVE_ALL: free
-        already). The nodes whose needs rank lowest are cleared (ties: node order), on
-        each the eligible jobs worst first until the job's GPUs and cores are free there;
-        the victims go worst first, as the rule lists them.
+        The tables leave out the jobs that may never go (`_may_ever_go`), so a node's
+        need there is the rule's once the job's gain covers any requeue's cost
+        (`max_lost`); before that it bounds the rule's from above (cost-ineligible jobs
+        still count), and only the nodes it says could reach the job's GPUs are walked,
+        their jobs worst first with the rule's own `eligible`, up to their need.
         """
         self.cleared = []
         cap = self.idx.capacity
         need_nodes, target, jk = min_nodes(job.gpus, cap), min(job.gpus, cap), job.key
         if self.dirty:
             self._index_nodes()
+        names, node_worst = self.node_names, self.node_worst
+        n = len(names)
+        col = self.need_by[target * n : (target + 1) * n]
         cfg = self.cfg
         gain = job.gpus * (now - job.waiting_since) if cfg.preemption_cost else None
-        ok: dict[SimJob, bool] = {}  # eligibility, read once per job
-
-        def may_go(v: SimJob) -> bool:
-            e = ok.get(v)
-            if e is None:
-                view = self._running_view(v, now)
-                e = ok[v] = eligible(view, cfg.min_run_s, cfg.max_preemptions, gain)
-            return e
-
-        free, node_worst = self.idx.free, self.node_worst
-        needs: list[tuple[tuple, int]] = []  # (need, node position), in node order
-        for pos, node in enumerate(self.node_names):
-            room = free[node]
-            if room >= target:
-                needs.append((ABOVE_ALL, pos))
-                continue
-            for key, g, v in node_worst[node]:  # worst first
-                if not key > jk:
-                    break
-                if may_go(v):
-                    room += g
-                    if room >= target:
-                        needs.append((key, pos))
+        if gain is None or gain >= self.max_lost:  # the tables' needs are the rule's
+            needs = [(k, p) for p, k in enumerate(col) if k > jk]
+        else:
+            ok: dict[SimJob, bool] = {}
+            needs = []
+            free = self.idx.free
+            for p, k in enumerate(col):
+                if not k > jk:
+                    continue  # not even with every job below that may ever go
+                if k == ABOVE_ALL:
+                    needs.append((k, p))
+                    continue
+                room = free[names[p]]
+                for key, g, v in node_worst[names[p]]:  # worst first
+                    if not key > jk:
                         break
+                    e = ok.get(v)
+                    if e is None:
+                        e = ok[v] = self._may_go_now(v, now, gain)
+                    if e:
+                        room += g
+                        if room >= target:
+                            needs.append((key, p))
+                            break
         if len(needs) < need_nodes:
-            return self._no_room_here(job, tuple(self.node_names))
+            return self._no_room_here(job, tuple(names[p] for _, p in needs))
         needs.sort(key=_first, reverse=True)  # stable: node order among equal needs
-        # free GPUs and cores as the victims picked so far would leave them
-        cpus = self.free_cpus
+        # the victims: on each picked node, worst first until the job's GPUs and cores
+        # are free there, counting those the victims picked so far free
+        free, cpus = self.idx.free, self.free_cpus
         freed: dict[str, int] = {}
         freed_cpus: dict[str, int] = {}
         want_cpus = target * job.cpus_per_gpu
-        gone: list[tuple[tuple, SimJob]] = []
-        taken: set[SimJob] = set()
-        for _, pos in needs[:need_nodes]:
-            node = self.node_names[pos]
+        gone: dict[SimJob, tuple] = {}
+        for _, p in needs[:need_nodes]:
+            node = names[p]
             for key, _, v in node_worst[node]:
                 if free[node] + freed.get(node, 0) >= target and (
                     cpus is None or cpus[node] + freed_cpus.get(node, 0) >= want_cpus
@@ -199,20 +200,40 @@ class NodeClearing:
                     break
                 if not key > jk:
                     break
-                if v in taken or not may_go(v):
+                if v in gone or not self._may_go_now(v, now, gain):
                     continue
-                taken.add(v)
-                gone.append((key, v))
-                for n, g in v.alloc:
-                    freed[n] = freed.get(n, 0) + g
-                    freed_cpus[n] = freed_cpus.get(n, 0) + g * v.cpus_per_gpu
-        if not gone:
-            return self._no_room_here(job, tuple(self.node_names))
-        gone.sort(key=_first, reverse=True)  # worst first (keys are unique)
-        for _, v in gone:
+                gone[v] = key
+                for m, g in v.alloc:
+                    freed[m] = freed.get(m, 0) + g
+                    freed_cpus[m] = freed_cpus.get(m, 0) + g * v.cpus_per_gpu
+        for v in sorted(gone, key=gone.__getitem__, reverse=True):  # worst first
             self._preempt(v, now, release=True)
             self.cleared.append(v.id)
+        if not gone:
+            return self._no_room_here(job, tuple(names))
         return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
+
+    def _may_go_now(self: Simulator, v: SimJob, now: float, gain: float | None) -> bool:
+        """`policy.preemption.eligible` for running job `v` ranked below a waiting job
+        that gains `gain` GPU-seconds (None: costs not weighed): it may ever go, and its
+        requeue costs no more (`requeue_cost_gpu_s` on its stint, as `_running_view`)."""
+        if not self._may_ever_go(v):
+            return False
+        if gain is None or gain >= self.max_lost:
+            return True
+        cl = self.cl
+        lost = requeue_cost_gpu_s(
+            v.gpus, now - v.start, cl.checkpoint_interval_s, cl.restart_overhead_s
+        )
+        return lost <= gain
+
+    def _may_ever_go(self: Simulator, v: SimJob) -> bool:
+        """Whether the rule could ever preempt running job `v` as it is (the part of
+        `policy.preemption.eligible` that holds for its whole stint: opted in, under
+        the cap; a job ranked below a waiting one is past `min_run_s`, else its key
+        would still say protected). True for every job when `all_preemptible`."""
+        cap = self.cfg.max_preemptions
+        return v.preemptible and (cap <= 0 or v.preemptions < cap)
 
     def _no_room_here(self: Simulator, job: SimJob, room: tuple[str, ...]) -> None:
         """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
@@ -239,7 +260,7 @@ class NodeClearing:
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
         n = len(self.node_names)
-
+        all_go, may_ever_go = self.all_preemptible, self._may_ever_go
         for node in self.dirty:
             worst = sorted(
                 [(v.key, g, v) for v, g in on_node[node].items()], key=_first, reverse=True
@@ -247,8 +268,9 @@ class NodeClearing:
             # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
             # bring the room to t; () (below every key) if even all of them cannot
             need: list[tuple] = [ABOVE_ALL] * (free_of[node] + 1)
-            for key, g, _ in worst:
-                need += [key] * g
+            for key, g, v in worst:
+                if all_go or may_ever_go(v):
+                    need += [key] * g
             if len(need) < cap1:
                 need += [()] * (cap1 - len(need))
             node_worst[node] = worst

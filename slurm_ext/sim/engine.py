@@ -135,6 +135,10 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         # the clearing tables assume every job below may go: not with a cap or costs
         rule = self.cfg.max_preemptions > 0 or self.cfg.preemption_cost
         self.all_preemptible = every_job_preemptible and not rule
+        # the most GPU-seconds a requeue can cost (`requeue_cost_gpu_s`): a waiting job
+        # whose gain covers it finds every job that may ever go eligible
+        widest = max((j.gpus for j in self.jobs), default=0)
+        self.max_lost = widest * (cluster.checkpoint_interval_s + cluster.restart_overhead_s)
 
     # ---- events -------------------------------------------------------------------
     def _push_event(self, when: float, kind: int, job: SimJob, ver: int) -> None:
