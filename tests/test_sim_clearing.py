@@ -41,3 +41,29 @@ def test_clearing_walk_picks_what_the_rule_picks(policy, cfg, cl):
     sim.verify_victims = True
     jobs = sim.run()
     assert sim.preemptions > 0 and all(j.finish is not None for j in jobs)
+
+
+class _AlwaysRetry(Simulator):
+    """The same simulator without the no-room cache: every blocked job tries again."""
+
+    def _may_make_room(self, job, now):
+        return True
+
+
+@pytest.mark.parametrize(
+    ("cfg", "cl"),
+    [
+        ({}, {}),  # costs: retried once the gain covers a refused requeue
+        ({"max_preemptions": 1, "preemption_cost": False}, {"preemptible_fraction": 0.7}),
+        ({}, {"checkpoint_interval_s": 300.0, "scheduler": "strict"}),
+    ],
+)
+def test_no_room_cache_changes_no_decision(cfg, cl):
+    trace = fill_time_limits(_wide(synth_jobs(600, 32, load=1.2, seed=6)), seed=0)
+    runs = []
+    for cls in (Simulator, _AlwaysRetry):
+        sim = cls(trace, PolicyConfig(policy="gittins", **cfg), SimConfig(nodes=4, **cl))
+        jobs = sim.run()
+        runs.append(([(j.id, j.first_start, j.finish, j.preemptions) for j in jobs], sim.seq))
+    assert runs[0] == runs[1]
+    assert sum(p for *_, p in runs[0][0]) > 0

@@ -9,12 +9,18 @@ A failed preemption attempt is not retried while it would fail again. The room a
 can make (free GPUs plus those of running jobs ranked below J, in all or per node) only
 grows when a job stops or a running job's key rises past J's: starts and key drops
 shrink it. `no_room`: job id -> (key_ver, ...) as of its last failure; a new key retries.
-- Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
+- Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys. With
+  requeue costs they always try again (room grows as they wait).
 - Consolidated jobs (a failed clearing changes nothing): (key_ver, entries of `grown`
-  seen, nodes that had room). `grown` logs the nodes where room may have grown: those
-  of a stopped job, and those of a running job whose key rose past a blocked job's
-  (blocked_keys: sorted keys of recorded jobs, some stale). Only the nodes logged since,
-  and those that had room, are checked again.
+  seen, nodes that had room, retry gain). `grown` logs the nodes where room may have
+  grown: those of a stopped job, and those of a running job whose key rose past a
+  blocked job's (blocked_keys: sorted keys of recorded jobs, some stale). Only the nodes
+  logged since, and those that had room, are checked again. With requeue costs, room
+  also grows once the job's gain (GPUs x wait) covers the requeue of a job the rule
+  refused for its cost on a node short of room: the retry gain is the least of those
+  jobs' lowest possible cost (restart only); a job that ranks below the waiting one is
+  past `min_run_s` (its key would say protected), and opting in and the cap change only
+  when a job stops.
 
 Per node, for consolidated jobs: its jobs worst first with their GPU share there, and
 need[t] = the best-ranked job that must go for t GPUs to be free there (ABOVE_ALL if t
@@ -23,6 +29,7 @@ are free already), rebuilt lazily for nodes marked dirty.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
     from slurm_ext.sim.simjob import SimJob
 
+INF = math.inf
 ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 _first = itemgetter(0)
 
@@ -42,15 +50,16 @@ _first = itemgetter(0)
 class NodeClearing:
     """Mixin of `Simulator`: the clearing tables and the no-room cache."""
 
-    def _may_make_room(self: Simulator, job: SimJob) -> bool:
+    def _may_make_room(self: Simulator, job: SimJob, now: float) -> bool:
         """False if `_make_room` would fail as it did last time (see `no_room`)."""
-        if self.cfg.preemption_cost:  # room grows as the job waits: always try again
-            return True
         rec = self.no_room.get(job.id)
         if rec is None or rec[0] != job.key_ver:
             return True
         if not job.must_consolidate:
-            return rec[1] != self.epoch
+            # with costs, room grows as the job waits: always try again
+            return self.cfg.preemption_cost or rec[1] != self.epoch
+        if self.cfg.preemption_cost and job.gpus * (now - job.waiting_since) >= rec[3]:
+            return True  # its gain now covers a requeue the rule refused it
         grown = self.grown
         if rec[1] == len(grown):
             return False
@@ -75,7 +84,7 @@ class NodeClearing:
             room.append(n)
         if len(room) >= min_nodes(job.gpus, cap):
             return True
-        self.no_room[job.id] = (rec[0], len(grown), tuple(room))
+        self.no_room[job.id] = (rec[0], len(grown), tuple(room), rec[3])
         return False
 
     def _rose_past(self: Simulator, job: SimJob, i: int, j: int) -> None:
@@ -163,6 +172,7 @@ class NodeClearing:
             ok: dict[SimJob, bool] = {}
             needs = []
             free = self.idx.free
+            short: list[SimJob] = []  # jobs that may go but cost too much, where it failed
             for p, k in enumerate(col):
                 if not k > jk:
                     continue  # not even with every job below that may ever go
@@ -170,8 +180,10 @@ class NodeClearing:
                     needs.append((k, p))
                     continue
                 room = free[names[p]]
+                refused = []
                 for key, g, v in node_worst[names[p]]:  # worst first
                     if not key > jk:
+                        short += refused
                         break
                     e = ok.get(v)
                     if e is None:
@@ -181,8 +193,29 @@ class NodeClearing:
                         if room >= target:
                             needs.append((key, p))
                             break
+                    else:
+                        refused.append(v)
+                else:
+                    short += refused
         if len(needs) < need_nodes:
-            return self._no_room_here(job, tuple(names[p] for _, p in needs))
+            # room grows with the gain only once it covers one of those jobs' requeue
+            # (at least its restart: `requeue_cost_gpu_s` after a checkpoint)
+            cl = self.cl
+            retry = (
+                min(
+                    (
+                        requeue_cost_gpu_s(
+                            v.gpus, 0.0, cl.checkpoint_interval_s, cl.restart_overhead_s
+                        )
+                        for v in short
+                        if self._may_ever_go(v)
+                    ),
+                    default=INF,
+                )
+                if gain is not None and gain < self.max_lost
+                else INF
+            )
+            return self._no_room_here(job, tuple(names[p] for _, p in needs), retry)
         needs.sort(key=_first, reverse=True)  # stable: node order among equal needs
         # the victims: on each picked node, worst first until the job's GPUs and cores
         # are free there, counting those the victims picked so far free
@@ -235,9 +268,12 @@ class NodeClearing:
         cap = self.cfg.max_preemptions
         return v.preemptible and (cap <= 0 or v.preemptions < cap)
 
-    def _no_room_here(self: Simulator, job: SimJob, room: tuple[str, ...]) -> None:
-        """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
-        self.no_room[job.id] = (job.key_ver, len(self.grown), room)
+    def _no_room_here(
+        self: Simulator, job: SimJob, room: tuple[str, ...], retry: float = INF
+    ) -> None:
+        """Record a failed clearing for `job`; `room`: the nodes that could give it room;
+        `retry`: the gain (GPU-seconds) from which requeue costs may let it through."""
+        self.no_room[job.id] = (job.key_ver, len(self.grown), room, retry)
         blocked, jk = self.blocked_keys, job.key
         i = bisect_left(blocked, jk)
         if i == len(blocked) or blocked[i] != jk:

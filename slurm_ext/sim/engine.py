@@ -249,7 +249,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:
                         can_preempt = False  # nobody ranks below this job or the next
-                    elif self._may_make_room(job):
+                    elif self._may_make_room(job, now):
                         alloc = self._make_room(job, now)
                 if alloc is not None:
                     self._start(job, alloc, now)  # its pending entry goes stale
