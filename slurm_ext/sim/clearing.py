@@ -153,8 +153,9 @@ class NodeClearing:
         The tables leave out the jobs that may never go (`_may_ever_go`), so a node's
         need there is the rule's once the job's gain covers any requeue's cost
         (`max_lost`); before that it bounds the rule's from above (cost-ineligible jobs
-        still count), and only the nodes it says could reach the job's GPUs are walked,
-        their jobs worst first with the rule's own `eligible`, up to their need.
+        still count), and only the nodes it says could reach the job's GPUs are walked
+        (`_walk_needs`). tests/test_sim_clearing.py checks each clearing against
+        `choose_victims` on whole runs.
         """
         self.cleared = []
         cap = self.idx.capacity
@@ -168,53 +169,10 @@ class NodeClearing:
         gain = job.gpus * (now - job.waiting_since) if cfg.preemption_cost else None
         if gain is None or gain >= self.max_lost:  # the tables' needs are the rule's
             needs = [(k, p) for p, k in enumerate(col) if k > jk]
+            retry = INF
         else:
-            ok: dict[SimJob, bool] = {}
-            needs = []
-            free = self.idx.free
-            short: list[SimJob] = []  # jobs that may go but cost too much, where it failed
-            for p, k in enumerate(col):
-                if not k > jk:
-                    continue  # not even with every job below that may ever go
-                if k == ABOVE_ALL:
-                    needs.append((k, p))
-                    continue
-                room = free[names[p]]
-                refused = []
-                for key, g, v in node_worst[names[p]]:  # worst first
-                    if not key > jk:
-                        short += refused
-                        break
-                    e = ok.get(v)
-                    if e is None:
-                        e = ok[v] = self._may_go_now(v, now, gain)
-                    if e:
-                        room += g
-                        if room >= target:
-                            needs.append((key, p))
-                            break
-                    else:
-                        refused.append(v)
-                else:
-                    short += refused
+            needs, retry = self._walk_needs(job, col, now, gain)
         if len(needs) < need_nodes:
-            # room grows with the gain only once it covers one of those jobs' requeue
-            # (at least its restart: `requeue_cost_gpu_s` after a checkpoint)
-            cl = self.cl
-            retry = (
-                min(
-                    (
-                        requeue_cost_gpu_s(
-                            v.gpus, 0.0, cl.checkpoint_interval_s, cl.restart_overhead_s
-                        )
-                        for v in short
-                        if self._may_ever_go(v)
-                    ),
-                    default=INF,
-                )
-                if gain is not None and gain < self.max_lost
-                else INF
-            )
             return self._no_room_here(job, tuple(names[p] for _, p in needs), retry)
         needs.sort(key=_first, reverse=True)  # stable: node order among equal needs
         # the victims: on each picked node, worst first until the job's GPUs and cores
@@ -245,6 +203,42 @@ class NodeClearing:
         if not gone:
             return self._no_room_here(job, tuple(names))
         return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
+
+    def _walk_needs(
+        self: Simulator, job: SimJob, col: list[tuple], now: float, gain: float
+    ) -> tuple[list[tuple[tuple, int]], float]:
+        """(need, node position) of each node that can give `job` its GPUs with the jobs
+        the rule lets go at this gain, in node order, from the nodes whose table `col`
+        says could (each walked worst first, up to its need); and the gain from which a
+        job it refused for its cost might go (its lowest cost: restart only)."""
+        jk, target = job.key, min(job.gpus, self.idx.capacity)
+        names, node_worst, free = self.node_names, self.node_worst, self.idx.free
+        cl = self.cl
+        every, restart = cl.checkpoint_interval_s, cl.restart_overhead_s
+        ok: dict[SimJob, bool] = {}
+        needs: list[tuple[tuple, int]] = []
+        retry = INF
+        for p, k in enumerate(col):
+            if not k > jk:
+                continue  # not even with every job below that may ever go
+            if k == ABOVE_ALL:
+                needs.append((k, p))
+                continue
+            room = free[names[p]]
+            for key, g, v in node_worst[names[p]]:  # worst first
+                if not key > jk:
+                    break
+                e = ok.get(v)
+                if e is None:
+                    e = ok[v] = self._may_go_now(v, now, gain)
+                    if not e and self._may_ever_go(v):
+                        retry = min(retry, requeue_cost_gpu_s(v.gpus, 0.0, every, restart))
+                if e:
+                    room += g
+                    if room >= target:
+                        needs.append((key, p))
+                        break
+        return needs, retry
 
     def _may_go_now(self: Simulator, v: SimJob, now: float, gain: float | None) -> bool:
         """`policy.preemption.eligible` for running job `v` ranked below a waiting job
