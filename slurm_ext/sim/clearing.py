@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from heapq import heappop, heappush
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -207,37 +208,55 @@ class NodeClearing:
     def _walk_needs(
         self: Simulator, job: SimJob, col: list[tuple], now: float, gain: float
     ) -> tuple[list[tuple[tuple, int]], float]:
-        """(need, node position) of each node that can give `job` its GPUs with the jobs
-        the rule lets go at this gain, in node order, from the nodes whose table `col`
-        says could (each walked worst first, up to its need); and the gain from which a
-        job it refused for its cost might go (its lowest cost: restart only)."""
+        """(need, node position) in node order of the nodes that can give `job` its GPUs
+        with the jobs the rule lets go at this gain, and the gain from which a job it
+        refused for its cost might go (its lowest cost: restart only).
+
+        A node's need in the tables (`col`, every job that may ever go) bounds its need
+        here from above, so the nodes are walked (worst first, up to their need) in the
+        tables' order, and the walk stops once no node left can rank among the picks;
+        some needs are then missing, but not those of the nodes picked. When too few
+        nodes can give the room all are walked, so the retry gain is complete.
+        """
         jk, target = job.key, min(job.gpus, self.idx.capacity)
+        need_nodes = min_nodes(job.gpus, self.idx.capacity)
+        cands = [(k, p) for p, k in enumerate(col) if k > jk]
+        if len(cands) < need_nodes:  # not even with every job that may ever go
+            return cands, INF
+        cands.sort(key=_first, reverse=True)  # stable: node order among equal bounds
         names, node_worst, free = self.node_names, self.node_worst, self.idx.free
         cl = self.cl
         every, restart = cl.checkpoint_interval_s, cl.restart_overhead_s
         ok: dict[SimJob, bool] = {}
         needs: list[tuple[tuple, int]] = []
+        best: list[tuple] = []  # the need_nodes highest needs found, lowest on top
         retry = INF
-        for p, k in enumerate(col):
-            if not k > jk:
-                continue  # not even with every job below that may ever go
+        for k, p in cands:
+            if len(best) == need_nodes and k < best[0]:
+                break  # this node and those after it rank below every pick
             if k == ABOVE_ALL:
-                needs.append((k, p))
-                continue
-            room = free[names[p]]
-            for key, g, v in node_worst[names[p]]:  # worst first
-                if not key > jk:
-                    break
-                e = ok.get(v)
-                if e is None:
-                    e = ok[v] = self._may_go_now(v, now, gain)
-                    if not e and self._may_ever_go(v):
-                        retry = min(retry, requeue_cost_gpu_s(v.gpus, 0.0, every, restart))
-                if e:
-                    room += g
-                    if room >= target:
-                        needs.append((key, p))
+                need: tuple | None = k
+            else:
+                need, room = None, free[names[p]]
+                for key, g, v in node_worst[names[p]]:  # worst first
+                    if not key > jk:
                         break
+                    e = ok.get(v)
+                    if e is None:
+                        e = ok[v] = self._may_go_now(v, now, gain)
+                        if not e and self._may_ever_go(v):
+                            retry = min(retry, requeue_cost_gpu_s(v.gpus, 0.0, every, restart))
+                    if e:
+                        room += g
+                        if room >= target:
+                            need = key
+                            break
+            if need is not None:
+                needs.append((need, p))
+                heappush(best, need)
+                if len(best) > need_nodes:
+                    heappop(best)
+        needs.sort(key=itemgetter(1))
         return needs, retry
 
     def _may_go_now(self: Simulator, v: SimJob, now: float, gain: float | None) -> bool:
