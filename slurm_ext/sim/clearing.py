@@ -223,10 +223,13 @@ class NodeClearing:
         cands = [(k, p) for p, k in enumerate(col) if k > jk]
         if len(cands) < need_nodes:  # not even with every job that may ever go
             return cands, INF
-        cands.sort(key=_first, reverse=True)  # stable: node order among equal bounds
-        names, node_worst, free = self.node_names, self.node_worst, self.idx.free
         cl = self.cl
         every, restart = cl.checkpoint_interval_s, cl.restart_overhead_s
+        cheapest = requeue_cost_gpu_s(1, 0.0, every, restart)  # a 1-GPU job's, at best
+        if gain < cheapest:  # no requeue is cheap enough yet: only free room counts
+            return [(k, p) for k, p in cands if k == ABOVE_ALL], cheapest
+        cands.sort(key=_first, reverse=True)  # stable: node order among equal bounds
+        names, node_worst, free = self.node_names, self.node_worst, self.idx.free
         ok: dict[SimJob, bool] = {}
         needs: list[tuple[tuple, int]] = []
         best: list[tuple] = []  # the need_nodes highest needs found, lowest on top
