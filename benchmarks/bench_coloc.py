@@ -28,7 +28,7 @@ from slurm_ext.sim.synth import synth_jobs
 HEAD = (
     "| load | seed | kWh/GPU-h | held kWh/GPU-h | GPU util | held util | guar. avg JCT "
     "| opp. avg JCT | guar. p99 JCT | guar. stretch p99 / max | guar. > 1.10x "
-    "| timeouts alone / shared (opp.) | pauses/opp job | s alone / shared |"
+    "| timeouts alone / shared (opp.) | pauses/opp job | opp. requeues | s alone / shared |"
 )
 
 
@@ -43,8 +43,13 @@ def main() -> None:
     ap.add_argument("--eaco", action="store_true")
     ap.add_argument("--learnt-placement", action="store_true")
     ap.add_argument("--max-shard-gpus", type=int, default=1)
+    ap.add_argument("--max-pause", type=float, default=0.0, help="requeue after (trace s)")
+    ap.add_argument("--ends-before", action="store_true")
+    ap.add_argument("--checkpoint", type=float, default=0.0, help="checkpoint interval (s)")
     a = ap.parse_args()
-    cluster = SimConfig(nodes=8, gpus_per_node=8, preemptive=False)
+    cluster = SimConfig(
+        nodes=8, gpus_per_node=8, preemptive=False, checkpoint_interval_s=a.checkpoint
+    )
     policy = PolicyConfig(policy="fifo")
     agent = co.Policy(slow_fraction=a.slow_fraction, eaco=co.EacoModel() if a.eaco else None)
     print(HEAD)
@@ -58,6 +63,8 @@ def main() -> None:
                 agent=agent,
                 learnt_placement=a.learnt_placement,
                 max_shard_gpus=a.max_shard_gpus,
+                max_pause_s=a.max_pause,
+                ends_before=a.ends_before,
             )
             out = run_pair(trace, policy, cluster, share)
             r, s = out["shared_vs_alone"], out["shared"]
@@ -71,7 +78,7 @@ def main() -> None:
                 f"| {s['guaranteed_stretch_p99']:.3f} / {s['guaranteed_stretch_max']:.3f} "
                 f"| {s['guaranteed_over_1_10']} | {alone['timeouts']} / {s['timeouts']} "
                 f"({s['opportunistic_timeouts']}) "
-                f"| {s['pauses_per_opportunistic_job']:.2f} "
+                f"| {s['pauses_per_opportunistic_job']:.2f} | {s['opportunistic_requeues']} "
                 f"| {alone['runtime_s']:.1f} / {s['runtime_s']:.1f} |",
                 flush=True,
             )

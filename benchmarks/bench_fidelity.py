@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.replay.cli import replay_mode
+from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s, with_checkpoints

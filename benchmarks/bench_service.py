@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import statistics
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import psutil
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
@@ -150,6 +153,13 @@ def main() -> None:
     print(f"{'writes, steady pass':<48} {writes_steady:>9}")
     print(f"{'writes, 10 new + 5 finished':<48} {writes_changed:>9}")
     print(f"(policy-only first assignment wrote {first_writes} values)")
+    me = psutil.Process()  # the service's own footprint, this process having run the passes
+    cpu = me.cpu_times()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"process footprint (psutil): RSS {me.memory_info().rss / 2**20:.0f} MB, "
+        f"peak {peak:.0f} MB, CPU {cpu.user + cpu.system:.1f} s"
+    )
 
 
 if __name__ == "__main__":

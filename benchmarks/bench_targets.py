@@ -2,8 +2,13 @@
 
 Traces: `sim.users.synth_user_jobs` (recurring users), 64 GPUs (8 x 8), offered load
 --load, the simulator's Slurm model (`scheduler = "slurm"`: main scheduler + backfill
-with reservations from time limits). Per seed it runs:
-  slurm      Slurm alone: fifo, no preemption (the baseline, ratio 1)
+with reservations from time limits); --flood N adds a user who floods the queue with N
+short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
+  slurm      Slurm alone as issue 16 defines it for avg JCT: fifo, no preemption
+             (`--policy fifo --scheduler slurm --no-preemptive`, ratio 1)
+  fs         Slurm alone with its fair-share factor on: policy "fairshare"
+             (multifactor, age + classic fair-share, policy/fairshare.py), no
+             preemption; the per-user target's baseline
   np         the shipped gittins defaults, no preemption
   sjf        the SJF oracle, no preemption (a bound for np, not a policy)
   half       gittins, preemptive, half the jobs preemptible, checkpoint every 15 min
@@ -11,14 +16,22 @@ with reservations from time limits). Per seed it runs:
   srtf       the SRTF oracle, every job preemptible, checkpoint every 15 min
 and prints avg JCT / Slurm alone's for each, all / srtf, the p99 JCT of the widest 5%
 of jobs relative to Slurm alone's (np, half, all), the worst user's avg JCT relative to
-that user's under Slurm alone (np; users with >= 10 jobs), and the most preemptions
-of one job (all), and the mean wait to first start of 4- and 8-GPU jobs (slurm, np).
+that user's under Slurm alone with fair-share (fs; np, half, all, and slurm itself;
+users with >= 10 jobs), the avg JCT of the flooder's jobs and of everyone else's
+relative to fs (with --flood), the
+most preemptions of one job (all), and with --frag the mean wait to first start of 4-
+and 8-GPU jobs and the GPUs idle for fragmentation (slurm, np; `Measured`).
 --placement picks the placement of every run (consolidate: Tiresias scoring, fewest
-nodes then best fit; spread: any free GPUs, first fit). Slurm alone here has no fair-share factor (the simulator does not
-model one): the per-user column compares with plain FIFO + backfill.
+nodes then best fit, a job waits rather than take more nodes than it needs; spread:
+any node set, the largest free nodes first and the last one best fit).
 
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --jobs 2000
     .venv/bin/python benchmarks/bench_targets.py --seeds 7-12 --set '{"max_preemptions": 20}'
+    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --flood 600 --only np
+    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --frag --only np --placement spread
+    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --only np --model flat
+--model flat runs `sim.synth` traces (jobs drawn independently, limits from
+`fill_time_limits`) instead of recurring users, to check a rule on another shape.
 """
 
 from __future__ import annotations
@@ -32,7 +45,9 @@ from multiprocessing import Pool
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.metrics import percentile
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.timelimits import fill_time_limits
+from slurm_ext.sim.users import FLOOD_USER, synth_user_jobs, with_flooder
 
 CKPT = 900.0
 # the oracle as it was: every victim the rule may take, no cost weighed, no cap
@@ -47,12 +62,51 @@ def runs(
     pre = replace(base, preemptive=True, checkpoint_interval_s=CKPT)
     return {
         "slurm": (PolicyConfig(policy="fifo"), replace(base, preemptive=False)),
+        "fs": (PolicyConfig(policy="fairshare"), replace(base, preemptive=False)),
         "np": (g, replace(base, preemptive=False)),
         "sjf": (PolicyConfig(policy="sjf"), replace(base, preemptive=False)),
         "half": (g, replace(pre, preemptible_fraction=0.5)),
         "all": (g, replace(pre, preemptible_fraction=1.0)),
         "srtf": (SRTF, replace(pre, preemptible_fraction=1.0)),
     }
+
+
+class Measured(Simulator):
+    """A run that also integrates the GPUs idle for fragmentation: while jobs wait, the
+    free GPUs on nodes with fewer free than W = min(GPUs per node, the widest waiting
+    job's GPUs), i.e. free GPUs that cannot serve the widest waiting job because they
+    sit on partly used nodes; and all free GPUs while jobs wait. Sampled after every
+    scheduling pass and backfill pass, held constant until the next sample."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.frag_gpu_s = self.idle_gpu_s = 0.0
+        self.last_t, self.last_frag, self.last_idle = 0.0, 0, 0
+
+    def _sample(self, now: float) -> None:
+        dt = now - self.last_t
+        self.frag_gpu_s += dt * self.last_frag
+        self.idle_gpu_s += dt * self.last_idle
+        self.last_t = now
+        widest = max(
+            (b[0] for b, heap in self.pending.items() if self._top(heap, False) is not None),
+            default=0,
+        )
+        if not widest:
+            self.last_frag = self.last_idle = 0
+            return
+        w = min(widest, self.cl.gpus_per_node)
+        free = self.idx.free.values()
+        self.last_idle = sum(free)
+        self.last_frag = sum(f for f in free if f < w)
+
+    def _pass(self, now: float, policy_acts: bool = True) -> None:
+        super()._pass(now, policy_acts)
+        self._sample(now)
+
+    def _backfill(self, now: float) -> None:
+        super()._backfill(now)
+        self._sample(now)
 
 
 def wide_p99(jobs) -> float:
@@ -70,19 +124,34 @@ def per_user(jobs) -> dict[str, float]:
 
 
 def one(args: tuple) -> tuple[tuple, dict]:
-    seed, n, load, label, overrides, placement = args
+    seed, n, load, label, overrides, placement, flood, frag, model = args
     cfg, cl = runs(json.loads(overrides), placement)[label]
-    trace = synth_user_jobs(n, 64, load=load, seed=seed)
-    sim = Simulator(trace, cfg, replace(cl, seed=seed))
+    if model == "flat":  # the earlier generator: independent jobs, no kinds or limits
+        trace = fill_time_limits(synth_jobs(n, 64, load=load, seed=seed), seed)
+    else:
+        trace = synth_user_jobs(n, 64, load=load, seed=seed)
+    trace = with_flooder(trace, flood, seed=seed)
+    sim = (Measured if frag else Simulator)(trace, cfg, replace(cl, seed=seed))
     jobs = sim.run()
     done = [j for j in jobs if j.finish is not None]
-    return args, {
+    span = max(j.finish for j in done) - min(j.submit for j in done)
+    out = {
         "avg": sum(j.finish - j.submit for j in done) / len(done),
         "wide": wide_p99(done),
         "users": per_user(done),
         "max_pre": max((j.preemptions for j in jobs), default=0),
         "wait48": {g: avg_wait([j for j in done if j.gpus == g]) for g in (4, 8)},
+        "others": avg_jct([j for j in done if j.user != FLOOD_USER]),
+        "flood": avg_jct([j for j in done if j.user == FLOOD_USER]),
     }
+    if frag:  # shares of the cluster's GPU-time over the run
+        out["frag"] = sim.frag_gpu_s / (64 * span)
+        out["idle"] = sim.idle_gpu_s / (64 * span)
+    return args, out
+
+
+def avg_jct(jobs) -> float:
+    return sum(j.finish - j.submit for j in jobs) / max(1, len(jobs))
 
 
 def avg_wait(jobs) -> float:
@@ -103,23 +172,27 @@ def main() -> None:
     ap.add_argument("--set", default="{}", help="PolicyConfig overrides (JSON) for gittins")
     ap.add_argument("--only", default="", help="comma list of runs (default all)")
     ap.add_argument("--placement", default="consolidate", help="consolidate|spread|profile")
+    ap.add_argument("--flood", type=int, default=0, help="jobs of a flooding user (0: none)")
+    ap.add_argument("--frag", action="store_true", help="measure fragmentation (slower)")
+    ap.add_argument("--model", default="users", help="trace model: users (default) | flat")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args()
     labels = list(runs({}))
     if args.only:
-        labels = ["slurm"] + [x for x in args.only.split(",") if x != "slurm"]
+        labels = ["slurm", "fs"] + [x for x in args.only.split(",") if x not in ("slurm", "fs")]
     ss = seeds(args.seeds)
-    key = (args.set, args.placement)
+    key = (args.set, args.placement, args.flood, args.frag, args.model)
     tasks = [(s, args.jobs, args.load, lab, *key) for s in ss for lab in labels]
     with Pool(args.workers) as pool:
         res = dict(pool.map(one, tasks))
     print(
-        f"# {args.jobs} jobs, 64 GPUs, load {args.load}, slurm model, "
-        f"placement {args.placement}, overrides {args.set}"
+        f"# {args.model} model, {args.jobs} jobs (+{args.flood} flooding), 64 GPUs, load {args.load}, slurm "
+        f"model, placement {args.placement}, overrides {args.set}; avg JCT vs Slurm alone "
+        "(fifo), user_* vs Slurm alone with fair-share (fs)"
     )
     cols = [x for x in labels if x != "slurm"]
     head = " ".join(f"{c:>6s}" for c in cols)
-    print(f"seed  slurm_h {head}  all/srtf wide(np,half,all) user_np max_pre")
+    print(f"seed  slurm_h {head}  extra")
     sums: dict[str, list[float]] = {}
     slurm_h: list[float] = []
     for s in ss:
@@ -127,25 +200,35 @@ def main() -> None:
         base = get["slurm"]
         slurm_h.append(base["avg"] / 3600)
         r = {c: get[c]["avg"] / base["avg"] for c in cols}
-        row = [r[c] for c in cols]
         extra = {}
         if "all" in r and "srtf" in r:
             extra["all/srtf"] = get["all"]["avg"] / get["srtf"]["avg"]
         for c in ("np", "half", "all"):
             if c in get:
                 extra[f"wide_{c}"] = get[c]["wide"] / base["wide"]
-        if "np" in get:
-            bu = base["users"]
-            extra["user_np"] = max(v / bu[u] for u, v in get["np"]["users"].items() if u in bu)
-        for g in (4, 8):  # mean wait (h) to first start of 4- and 8-GPU jobs, Slurm alone / np
-            extra[f"wait{g}_slurm_h"] = base["wait48"][g]
-            if "np" in get:
-                extra[f"wait{g}_np_h"] = get["np"]["wait48"][g]
+        bu = get["fs"]["users"]
+        for c in ("slurm", "np", "half", "all"):
+            if c in get:
+                rs = [v / bu[u] for u, v in get[c]["users"].items() if u in bu]
+                extra[f"user_{c}"] = max(rs)  # the worst user's ratio
+                extra[f"over_{c}"] = sum(x > 1.2 for x in rs) / len(rs)  # share above 1.2x
+        if args.flood:
+            for c in ("slurm", "np"):
+                if c in get:
+                    extra[f"others_{c}"] = get[c]["others"] / get["fs"]["others"]
+                    extra[f"flood_{c}"] = get[c]["flood"] / get["fs"]["flood"]
+        if args.frag:
+            for c in ("slurm", "fs", "np"):
+                if c in get:
+                    for g in (4, 8):  # mean wait (h) to first start of 4- and 8-GPU jobs
+                        extra[f"wait{g}_{c}_h"] = get[c]["wait48"][g]
+                    extra[f"frag%_{c}"] = 100 * get[c]["frag"]
+                    extra[f"idle%_{c}"] = 100 * get[c]["idle"]
         if "all" in get:
             extra["max_pre"] = float(get["all"]["max_pre"])
         for k, v in list(r.items()) + list(extra.items()):
             sums.setdefault(k, []).append(v)
-        cells = " ".join(f"{x:6.3f}" for x in row)
+        cells = " ".join(f"{r[c]:6.3f}" for c in cols)
         more = " ".join(f"{k}={v:.2f}" for k, v in extra.items())
         print(f"{s:4d} {base['avg'] / 3600:8.2f} {cells}  {more}")
     print(f"slurm alone avg JCT mean {sum(slurm_h) / len(slurm_h):.3f} h")

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from nodeagent.gpu import GpuSample
 from nodeagent.report import JobReport
 from slurm_ext.policy import colocation as co
+
+
+@dataclass(frozen=True)
+class JobGpuUse:
+    """One job's utilisation and memory on one device, in one sample."""
+
+    job_id: int
+    gpu: GpuSample
+    util: float | None
+    memory_bytes: int
 
 
 @dataclass
@@ -52,3 +64,53 @@ class JobAccount:
             period_end=self.last_seen,
             final=final,
         )
+
+
+def job_gpu_use(
+    gpus: list[GpuSample], job_of_pid: dict[int, int], paused: Collection[int]
+) -> list[JobGpuUse]:
+    """Each job's utilisation and memory on each device it has processes on. Without
+    per-process utilisation, a job alone (others paused or absent) gets the GPU's."""
+    uses = []
+    for g in gpus:
+        per_job: dict[int, tuple[float, int]] = {}
+        for p in g.processes:
+            job = job_of_pid.get(p.pid)
+            if job is None:
+                continue
+            u, m = per_job.get(job, (0.0, 0))
+            per_job[job] = (u + (p.sm_util or 0.0), m + (p.used_memory_bytes or 0))
+        running = [j for j in per_job if j not in paused]
+        for job, (u, m) in sorted(per_job.items()):
+            if g.process_util_known:
+                util: float | None = min(1.0, u)
+            elif running == [job] and g.util is not None:
+                util = g.util
+            elif job in paused:
+                util = 0.0
+            else:
+                util = None
+            uses.append(JobGpuUse(job, g, util, m))
+    return uses
+
+
+def account_gpu(accounts: dict[int, JobAccount], uses: list[JobGpuUse], dt: float) -> None:
+    """Add one sample's GPU time, utilisation and memory to the jobs' accounts."""
+    mem_now: dict[int, int] = {}
+    for u in uses:
+        a = accounts.get(u.job_id)
+        if a is None:
+            continue
+        a.gpu_seconds += dt
+        if u.util is not None:
+            a.util_seconds += dt
+            a.util_weighted += u.util * dt
+            a.util_peak = max(a.util_peak, u.util)
+        mem_now[u.job_id] = mem_now.get(u.job_id, 0) + u.memory_bytes
+        if u.gpu.uuid not in a.gpu_uuids:
+            a.gpu_uuids.append(u.gpu.uuid)
+        a.gpu_type = a.gpu_type or u.gpu.name
+    for job, m in mem_now.items():
+        a = accounts[job]
+        a.mem_peak_bytes = max(a.mem_peak_bytes, m)
+        a.samples += 1

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import click
 
+from nodeagent import __version__
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
+from nodeagent.progress import ProgressReader
 from nodeagent.report import (
     ReportSender,
     SecretFileError,
@@ -24,6 +26,7 @@ from nodeagent.report import (
     node_name_ok,
     read_secret,
 )
+from nodeagent.snapshot import AgentSnapshot
 from nodeagent.state import lock_state
 from slurm_ext.config import ConfigError, load_config
 
@@ -54,8 +57,22 @@ def make_gpu_reader(backend: str, config: AgentConfig) -> GpuReader | None:
 
 
 @click.group()
-def main() -> None:
+@click.version_option(__version__, "-V", "--version", prog_name="slurm-ext-agent")
+@click.option(
+    "-v", "--verbose", count=True, help="Log more than the configured log_level (-vv: debug)."
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """Node agent: GPU/CPU utilisation and energy per job, Prometheus, co-location."""
+    ctx.obj = verbose
+
+
+def _setup_logging(config: AgentConfig) -> int:
+    """Log at the configured level, one step lower per -v; returns the level."""
+    verbose = click.get_current_context().find_root().obj or 0
+    level = max(logging.DEBUG, logging.getLevelName(config.log_level) - 10 * verbose)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return level
 
 
 @main.command()
@@ -70,9 +87,7 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
             click.echo("slurm-ext-agent: --interval must be > 0", err=True)
             sys.exit(2)
         config.interval_s = interval
-    logging.basicConfig(
-        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _setup_logging(config)
     _lock(config)
     sender = None
     if config.report.enabled:
@@ -124,20 +139,18 @@ def thaw(config_path: str, wait: float, force: bool) -> None:
     jobs Slurm itself suspended (systemd's ExecStopPost). Run it only while the agent is
     stopped. Exit status 1 when jobs stay frozen because Slurm could not be asked."""
     config = _load(config_path)
-    logging.basicConfig(
-        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _setup_logging(config)
     _lock(config)  # never beside a running agent: it thaws on its own way out
     agent = Agent(config, None, None)  # loading the state file thaws what it can
     deadline = time.monotonic() + wait
-    while agent.paused and time.monotonic() < deadline:
+    while agent.coloc.paused and time.monotonic() < deadline:
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-        agent.recover()
-    if agent.paused and force:
-        agent.recover(force=True)
-    if agent.paused:
+        agent.coloc.recover()
+    if agent.coloc.paused and force:
+        agent.coloc.recover(force=True)
+    if agent.coloc.paused:
         click.echo(
-            f"slurm-ext-agent thaw: jobs {sorted(agent.paused)} stay frozen: Slurm cannot say "
+            f"slurm-ext-agent thaw: jobs {sorted(agent.coloc.paused)} stay frozen: Slurm cannot say "
             "whether it suspended them; they are thawed at the agent's next start once it "
             "can (or run: slurm-ext-agent thaw --force)",
             err=True,
@@ -224,59 +237,85 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
         reader = SimulatedGpuReader(
             config.gpu.simulated_count, processes_file=config.gpu.simulated_processes_file
         )
-    logging.disable(logging.WARNING)
+    if not click.get_current_context().find_root().obj:  # -v: show the agent's log too
+        logging.disable(logging.WARNING)
+    else:
+        _setup_logging(config)
     agent = Agent(config, reader, RaplReader(config.energy.rapl_root))
     t_first = time.monotonic()
     agent.step()
-    first = {g.uuid: g.energy_mj for g in agent.gpus}
+    first = {g.uuid: g.energy_mj for g in agent.snapshot.gpus}
     time.sleep(wait)
     elapsed = time.monotonic() - t_first  # the second read comes as early in its step
     agent.step()
-    doc = {
-        "node": agent.node,
-        "backend": backend,
-        "backend_error": error,
-        "describe": reader.describe() if reader is not None else None,
-        "gpus": [],
-        "jobs": {},
-        "rapl_available": agent.rapl.available if agent.rapl else False,
-        "errors": sorted(agent._warned) + sorted(agent.rapl.reported if agent.rapl else []),
-    }
-    for g in agent.gpus:
-        d = dataclasses.asdict(g)
-        e0 = first.get(g.uuid)
-        if e0 is not None and g.energy_mj is not None:
-            d["energy_counter_growth_w"] = (g.energy_mj - e0) / 1000.0 / elapsed
-        d["label"] = g.label
-        doc["gpus"].append(d)
-    for job, acc in agent.accounts.items():
-        jp = agent.jobs.get(job)
-        doc["jobs"][str(job)] = {
-            "pids": jp.pids if jp else [],
-            "mapped_by": "environ" if jp and jp.from_environ else "cgroup",
-            "class": acc.klass,
-            "qos": acc.qos,
-            "partition": acc.partition,
-            "gpus": [u.gpu.uuid for u in agent.job_gpu if u.job_id == job],
-            # from the job's SLURM_EXT_PROGRESS_FILE, as co-location would read it
-            "progress_per_s": agent.progress.rate(job, jp.cpu_by_proc, time.time()) if jp else None,
-            "report": dataclasses.asdict(acc.report(agent.node, final=False)),
-        }
+    doc = show_doc(agent.snapshot, first, elapsed, ProgressReader(config.proc_root))
+    doc.update(backend=backend, backend_error=error)
+    doc["describe"] = reader.describe() if reader is not None else None
+    doc["rapl_available"] = agent.rapl.available if agent.rapl else False
+    doc["errors"] += sorted(agent.rapl.reported if agent.rapl else [])
     if as_json:
         click.echo(json.dumps(doc, indent=2, default=str))
         return
     click.echo(f"node {doc['node']} backend {backend}" + (f" ({error})" if error else ""))
+    host = doc["host"]
+    if host is not None:
+        click.echo(
+            f"  host cpus={host['cpu_count']} cpu={host['cpu_utilization']} "
+            f"mem available={host['memory_available_bytes']}/{host['memory_total_bytes']}"
+        )
     for g in doc["gpus"]:
         click.echo(
             f"  gpu {g['label']} {g['uuid']} {g['name']} util={g['util']} "
             f"mem={g['memory_used_bytes']}/{g['memory_total_bytes']} power={g['power_w']} W "
             f"energy={g['energy_mj']} mJ procs={len(g['processes'])} errors={list(g['errors'])}"
         )
+    for p in doc["gpu_processes"]:
+        job = f"job {p['job_id']}" if p["job_id"] is not None else "NO JOB"
+        click.echo(
+            f"  gpu {p['gpu']} pid {p['pid']} {job} user={p['user']} cpu%={p['cpu_percent']} "
+            f"rss={p['rss_bytes']} gpu_mem={p['gpu_memory_bytes']} cmd={p['command']!r}"
+        )
     for job, j in doc["jobs"].items():
         click.echo(
             f"  job {job} ({j['class']}, {j['mapped_by']}) pids={j['pids']} gpus={j['gpus']}"
             f" progress/s={j['progress_per_s']}"
         )
+
+
+def show_doc(
+    snap: AgentSnapshot, first_mj: dict[str, int | None], elapsed: float, progress: ProgressReader
+) -> dict:
+    """What `show` prints, from the second sample's snapshot: GPUs (with the energy
+    counter's growth since `first_mj`), the processes on them as psutil describes them
+    (those in no job included), the host, and each job with its progress rate."""
+    doc: dict = {
+        "node": snap.node,
+        "gpus": [],
+        "gpu_processes": [dataclasses.asdict(p) for p in snap.gpu_processes],
+        "host": dataclasses.asdict(snap.host) if snap.host is not None else None,
+        "jobs": {},
+        "errors": list(snap.warnings),
+    }
+    for g in snap.gpus:
+        d = dataclasses.asdict(g)
+        e0 = first_mj.get(g.uuid)
+        if e0 is not None and g.energy_mj is not None:
+            d["energy_counter_growth_w"] = (g.energy_mj - e0) / 1000.0 / elapsed
+        d["label"] = g.label
+        doc["gpus"].append(d)
+    for job, v in snap.jobs.items():
+        doc["jobs"][str(job)] = {
+            "pids": list(v.pids),
+            "mapped_by": "environ" if v.from_environ else "cgroup",
+            "class": v.klass,
+            "qos": v.qos,
+            "partition": v.partition,
+            "gpus": [u.gpu.uuid for u in snap.job_gpu if u.job_id == job],
+            # from the job's SLURM_EXT_PROGRESS_FILE, as co-location would read it
+            "progress_per_s": progress.rate(job, v.procs, time.time()) if v.pids else None,
+            "report": dataclasses.asdict(v.report),
+        }
+    return doc
 
 
 if __name__ == "__main__":

@@ -40,7 +40,9 @@ class ExporterConfig:
     enabled: bool = True
     listen: str = "0.0.0.0"
     port: int = 9817
-    jobstats_compat: bool = True  # also export nvidia_gpu_* names used by jobstats dashboards
+    # also serve the nvidia_gpu_* names of jobstats dashboards, on /jobstats (nvidia_gpu_jobId
+    # is camelCase, which promtool rejects: /metrics stays promtool-clean)
+    jobstats_compat: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

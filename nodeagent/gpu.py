@@ -88,7 +88,10 @@ class NvmlGpuReader:
             try:
                 import pynvml as nvml  # noqa: PLC0415 - lazy on purpose
             except ImportError as exc:
-                raise GpuUnavailable(f"NVML unavailable: pynvml not installed ({exc})") from exc
+                raise GpuUnavailable(
+                    f"NVML unavailable: nvidia-ml-py is not installed ({exc}); install the "
+                    "agent extra: pip install 'slurm-ext[agent]'"
+                ) from exc
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:

@@ -344,6 +344,11 @@ class ReportSender:
     service loses nothing until the spool bound is hit (then the oldest batches go, and
     that is logged). Batches are sent oldest first; one failure stops the flush and backs
     off (base, doubling, capped at backoff_max_s).
+
+    Logging is bounded: the first failure of an outage is a warning, later retries are
+    debug lines; once deliveries have failed for `warn_after_s` an error says so (how
+    long, how many batches wait, the last reason) and is repeated at most every
+    `warn_every_s`; the first delivery after an outage is logged once.
     """
 
     def __init__(
@@ -356,6 +361,8 @@ class ReportSender:
         timeout: float = 10.0,
         backoff_base_s: float = 5.0,
         backoff_max_s: float = 300.0,
+        warn_after_s: float = 600.0,
+        warn_every_s: float = 3600.0,
     ) -> None:
         self.service_url = service_url
         self.node = node
@@ -370,6 +377,10 @@ class ReportSender:
         self.next_try = 0.0
         self.sent_batches = 0
         self.dropped_batches = 0
+        self.warn_after_s = warn_after_s
+        self.warn_every_s = warn_every_s
+        self.failing_since: float | None = None  # first failure of the current outage
+        self._last_alarm: float | None = None
         self._seq = 0
 
     def pending(self) -> list[Path]:
@@ -415,7 +426,7 @@ class ReportSender:
                 self.failures += 1
                 delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (self.failures - 1))
                 self.next_try = now + delay
-                log.warning("report delivery failed (%s); retry in %.0f s", exc, delay)
+                self._failed(now, exc, delay)
                 break
             except OSError as exc:
                 log.error("cannot read spooled batch %s: %s", path, exc)
@@ -425,7 +436,44 @@ class ReportSender:
             self.sent_batches += 1
             self.failures = 0
             self.next_try = 0.0
+            if self.failing_since is not None:
+                log.warning(
+                    "reports delivered again to %s after %.0f s of failures",
+                    self.service_url,
+                    now - self.failing_since,
+                )
+                self.failing_since = self._last_alarm = None
         return delivered
+
+    def failing_for(self, now: float | None = None) -> float:
+        """Seconds since the first failure of the current outage (0 when delivering)."""
+        if self.failing_since is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self.failing_since
+
+    def _failed(self, now: float, exc: ReportError, delay: float) -> None:
+        if self.failing_since is None:
+            self.failing_since = now
+            log.warning("report delivery failed (%s); retry in %.0f s", exc, delay)
+            return
+        log.debug("report delivery failed again (%s); retry in %.0f s", exc, delay)
+        failing = now - self.failing_since
+        if failing < self.warn_after_s:
+            return
+        if self._last_alarm is not None and now - self._last_alarm < self.warn_every_s:
+            return
+        self._last_alarm = now
+        log.error(
+            "reports to %s have failed for %.0f s (%d attempts, %d batches spooled in %s, "
+            "last: %s); check [report] service_url and secret_file here, and that the "
+            "service listens on an address this node reaches (docs/admin-guide.md)",
+            self.service_url,
+            failing,
+            self.failures,
+            len(self.pending()),
+            self.spool,
+            exc,
+        )
 
     def send(self, reports: list[JobReport], now: float | None = None) -> int:
         self.enqueue(reports)

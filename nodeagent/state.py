@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,27 @@ def restore_totals(
         else:
             setattr(co_state, name, value)
     return energy["gpu_energy_total"], energy["cpu_energy_total"]
+
+
+def state_doc(
+    paused: Iterable[PauseRecord],
+    accounts: Iterable[JobAccount],
+    gpu_energy_total: dict[str, float],
+    cpu_energy_total: float,
+    co_state: co.CoState,
+    saved_at: float,
+) -> dict:
+    """The document `write_state` writes; pause records first (see `salvage_pauses`)."""
+    return {
+        "paused": [r.to_dict() for r in paused],
+        "version": STATE_VERSION,
+        "saved_at": saved_at,
+        "accounts": [dict(vars(a), gpu_uuids=list(a.gpu_uuids)) for a in accounts],
+        "gpu_energy_total": gpu_energy_total,
+        "cpu_energy_total": cpu_energy_total,
+        "solo_util": {str(k): v for k, v in co_state.solo_util.items()},
+        "solo_rate": {str(k): v for k, v in co_state.solo_rate.items()},
+        "solo_rate_n": {str(k): v for k, v in co_state.solo_rate_n.items()},
+        "eaco_admitted": sorted(co_state.admitted),
+        "eaco_refused": {str(k): v for k, v in co_state.refused.items()},
+    }

@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-import toml
+from slurm_ext import tomlio
 
 T = TypeVar("T")
 
@@ -67,8 +67,8 @@ def load_config(cls: type[T], path: str | Path | None) -> T:
                 raise ConfigError(
                     p, "", f"arrays or inline tables nested {depth} deep (at most {MAX_DEPTH})"
                 )
-            data = toml.loads(text)
-        except (toml.TomlDecodeError, UnicodeDecodeError) as exc:
+            data = tomlio.loads(text)
+        except (tomlio.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(p, "", f"not valid TOML: {exc}") from exc
         except OSError as exc:
             raise ConfigError(p, "", f"cannot read: {exc}") from exc

@@ -34,8 +34,18 @@ class ServiceMetrics:
             "Writes to Slurm (priority, site factor, placement, requeue)",
             registry=r,
         )
-        self.errors = Counter(
-            "slurm_ext_errors_total", "Failed Slurm calls and failed passes", registry=r
+        # Two kinds of failure, counted apart: a Slurm call that failed inside a pass
+        # that went on (retried next pass), and a pass that failed as a whole (Slurm
+        # unreachable, the store, a bug; the service backs off).
+        self.slurm_call_errors = Counter(
+            "slurm_ext_slurm_call_errors_total",
+            "Slurm calls that failed within a pass (retried next pass)",
+            registry=r,
+        )
+        self.failed_passes = Counter(
+            "slurm_ext_failed_passes_total",
+            "Passes that failed as a whole (the service backs off and retries)",
+            registry=r,
         )
         self.requeues = Counter(
             "slurm_ext_requeues_total", "Jobs requeued by the preemption rule", registry=r
@@ -60,7 +70,7 @@ class ServiceMetrics:
         self.pass_seconds.observe(res.duration_s)
         self.jobs_ranked.set(res.ranked)
         self.writes.inc(res.writes)
-        self.errors.inc(res.errors)
+        self.slurm_call_errors.inc(res.errors)
         self.requeues.inc(len(res.requeued))
         counts = Tally(d.queue for d in decisions)
         self.queue_jobs.clear()
@@ -78,7 +88,9 @@ def serve_http(
     on_reports: Callable[[list[JobReport]], int],
     job_nodes: JobNodes | None = None,
     limits: ListenerLimits | None = None,
+    view=None,
 ) -> ReportListener:
     """Start the listener on its own thread; returns it (call .shutdown()).
-    `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs."""
-    return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits)
+    `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs.
+    `view`: the read-only user view (slurm_ext.userview_http.UserView), or None."""
+    return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits, view=view)

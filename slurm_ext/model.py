@@ -39,8 +39,29 @@ class JobState(str, Enum):
             return cls.OTHER
 
     @property
+    def code(self) -> str:
+        """squeue's compact state code (R, PD, CG, ...), as users know it."""
+        return _STATE_CODES.get(self, "?")
+
+    @property
     def active(self) -> bool:
         return self in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
+
+
+_STATE_CODES = {
+    JobState.PENDING: "PD",
+    JobState.RUNNING: "R",
+    JobState.SUSPENDED: "S",
+    JobState.COMPLETING: "CG",
+    JobState.COMPLETED: "CD",
+    JobState.FAILED: "F",
+    JobState.CANCELLED: "CA",
+    JobState.TIMEOUT: "TO",
+    JobState.PREEMPTED: "PR",
+    JobState.NODE_FAIL: "NF",
+    JobState.OUT_OF_MEMORY: "OOM",
+    JobState.REQUEUED: "RQ",
+}
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,10 @@ class ServiceConfig:
     preemption: str = choices("off", "requeue", default="off")
     max_requeues_per_pass: int = 2
     listen: str = "127.0.0.1"
-    port: int = 9788  # metrics and agent reports; 0 disables the listener
+    port: int = 9788  # metrics, agent reports and the user view; 0 disables the listener
+    # the read-only user view on the listener (slurm_ext/userview_http.py): "full" shows
+    # every job with its user (as squeue does), "anonymous" hides user names, "off" none
+    user_view: str = choices("full", "anonymous", "off", default="full")
     report_secret_file: str | None = None
     backoff_max_s: float = positive(300.0)
     # Completed-job history for the Gittins distribution, beyond what the service saw:
@@ -113,7 +116,8 @@ class PassResult:
 
 
 def _decision_key(d: DecisionRecord) -> tuple:
-    return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement)
+    return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement,
+            d.group, d.group_samples, d.slurm_reason)  # fmt: skip
 
 
 def with_kinds(
@@ -285,6 +289,7 @@ class Service:
         self._decisions: dict[int, DecisionRecord] | None = None
         self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
         self._wal_warned_at = -1e9
+        self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -388,6 +393,9 @@ class Service:
                 mode=self.config.mode,
                 placement=placed.get(d.job_id),
                 decided_at=now,
+                group=d.group,
+                group_samples=d.group_samples,
+                slurm_reason=by_id[d.job_id].reason,
             )
             old = stored.get(d.job_id)
             same = old is not None and _decision_key(old) == _decision_key(rec)
@@ -397,6 +405,7 @@ class Service:
             drop=[j for j in stored_all if j not in fresh],
         )
         self._decisions = fresh
+        self._save_nodes(nodes)
         res.duration_s = time.monotonic() - t0
         self.store.record_pass(
             now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
@@ -414,6 +423,13 @@ class Service:
             res.duration_s,
         )
         return res
+
+    def _save_nodes(self, nodes: Sequence[Node]) -> None:
+        """Keep the nodes' GPU states for the user view; written only when they change."""
+        rows = sorted((n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type) for n in nodes)
+        if rows != self._node_rows:
+            self.store.save_nodes(nodes)
+            self._node_rows = rows
 
     def _checkpoint(self) -> None:
         """Truncate the store's WAL; say (hourly) when a reader's open snapshot stops it."""
@@ -572,7 +588,7 @@ class Service:
                     self.config.backoff_max_s, self.config.interval_s * 2 ** min(self.failures, 10)
                 )
                 if self.metrics is not None:
-                    self.metrics.errors.inc()
+                    self.metrics.failed_passes.inc()
                 if isinstance(exc, SlurmError):
                     log.warning(
                         "pass failed (%d in a row), retrying in %.0fs: %s",

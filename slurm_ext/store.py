@@ -22,6 +22,7 @@ from pathlib import Path
 
 from nodeagent.report import JobReport
 from slurm_ext.attained import Stint
+from slurm_ext.model import Node
 from slurm_ext.policy.kinds import Completed
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
@@ -104,6 +105,20 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN open_gpu_s REAL NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN seg_start REAL;
     """,
+    # 5: what the read-only user view (slurm_ext/userview*) shows without asking Slurm:
+    # the history group each index came from, Slurm's pending reason, the nodes' GPUs
+    """
+    ALTER TABLE decisions ADD COLUMN group_label TEXT NOT NULL DEFAULT '';
+    ALTER TABLE decisions ADD COLUMN group_samples INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE decisions ADD COLUMN slurm_reason TEXT NOT NULL DEFAULT '';
+    CREATE TABLE node_gpus (
+        name TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        gpus_alloc INTEGER NOT NULL,
+        gpu_type TEXT
+    );
+    """,
 ]
 # a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
 # (user, name, account, time_limit_s)
@@ -171,6 +186,9 @@ class DecisionRecord:
     mode: str
     placement: tuple[str, ...] | None
     decided_at: float
+    group: str = ""  # the history group the Gittins index came from ("" if none)
+    group_samples: int = 0  # completed jobs in that group
+    slurm_reason: str = ""  # Slurm's reason for the job's state at that pass
 
 
 STORE_MODE = 0o640  # owner and group: SQLite gives its -wal and -shm files the same mode
@@ -352,7 +370,9 @@ class Store:
         with self.db:
             self.db.executemany("DELETE FROM decisions WHERE job_id = ?", [(j,) for j in drop])
             self.db.executemany(
-                "INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO decisions (job_id, rank, queue, gittins, promoted,"
+                " reason, value, mode, placement, decided_at, group_label, group_samples,"
+                " slurm_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         d.job_id,
@@ -365,9 +385,31 @@ class Store:
                         d.mode,
                         json.dumps(list(d.placement)) if d.placement is not None else None,
                         d.decided_at,
+                        d.group,
+                        d.group_samples,
+                        d.slurm_reason,
                     )
                     for d in records
                 ],
+            )
+
+    # ---- nodes (for the user view) ---------------------------------------------------
+    def nodes(self) -> list[Node]:
+        """The nodes' GPUs as the last pass saw them (what `save_nodes` wrote)."""
+        return [
+            Node(name=r[0], state=r[1], gpus=r[2], gpus_alloc=r[3], gpu_type=r[4])
+            for r in self.db.execute(
+                "SELECT name, state, gpus, gpus_alloc, gpu_type FROM node_gpus ORDER BY name"
+            )
+        ]
+
+    def save_nodes(self, nodes: Iterable[Node]) -> None:
+        """Replace the saved node GPU states (the service calls it only when they changed)."""
+        with self.db:
+            self.db.execute("DELETE FROM node_gpus")
+            self.db.executemany(
+                "INSERT INTO node_gpus VALUES (?, ?, ?, ?, ?)",
+                [(n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type) for n in nodes],
             )
 
     # ---- pins ------------------------------------------------------------------------
@@ -470,4 +512,5 @@ def _decision_record(r: sqlite3.Row) -> DecisionRecord:
     d = dict(r)
     d["promoted"] = bool(d["promoted"])
     d["placement"] = tuple(json.loads(d["placement"])) if d["placement"] else None
+    d["group"] = d.pop("group_label")
     return DecisionRecord(**d)

@@ -21,11 +21,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
-
-import click
 
 from slurm_ext.hints import parse_hints
 from slurm_ext.template_types import DEFAULT_TYPE, TYPES, write_value
@@ -81,12 +79,12 @@ class Problem:
 
 # ---- locating and loading -------------------------------------------------------------
 def templates_dir() -> Path:
-    """The sbatch_templates directory: $SLURM_EXT_TEMPLATES, the source tree, or the install."""
+    """The sbatch_templates directory: $SLURM_EXT_TEMPLATES, else the package's own (package
+    data in an install; in a checkout slurm_ext/sbatch_templates links to sbatch_templates/)."""
     candidates = []
     if os.environ.get("SLURM_EXT_TEMPLATES"):
         candidates.append(Path(os.environ["SLURM_EXT_TEMPLATES"]))
-    candidates.append(Path(__file__).resolve().parents[1] / "sbatch_templates")  # checkout/editable
-    candidates.append(Path(sys.prefix) / "share" / "slurm-ext" / "sbatch_templates")  # wheel data
+    candidates.append(Path(str(files("slurm_ext") / "sbatch_templates")))
     for path in candidates:
         if path.is_dir() and any(path.glob(f"*{TEMPLATE_SUFFIX}")):
             return path
@@ -357,75 +355,3 @@ def _check_hints(lines: list[str], d: _Directives) -> list[Problem]:
                     )
                 )
     return problems
-
-
-# ---- command line ---------------------------------------------------------------------
-def _parse_sets(pairs: tuple[str, ...]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--set")
-        values[key] = value
-    return values
-
-
-@click.group("template")
-def template() -> None:
-    """sbatch templates for DL jobs that carry the suite's hints."""
-
-
-@template.command("list")
-def list_cmd() -> None:
-    """List the shipped templates and their variables."""
-    try:
-        for name in template_names():
-            t = load_template(name)
-            click.echo(f"{name}: {t.description}")
-            for var in t.variables.values():
-                click.echo(f"    {var.name:<16} {var.type:<8} {var.default:<32} {var.description}")
-    except TemplateError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-@template.command("render")
-@click.argument("name")
-@click.option(
-    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a variable (repeatable)."
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write here, not stdout.",
-)
-def render_cmd(name: str, sets: tuple[str, ...], output: Path | None) -> None:
-    """Fill template NAME (a shipped name or a file) and print the job script."""
-    try:
-        text = render(load_template(name), _parse_sets(sets))
-    except TemplateError as exc:
-        raise click.ClickException(str(exc)) from exc
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        output.chmod(0o755)
-
-
-@template.command("check")
-@click.argument(
-    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-def check_cmd(files: tuple[Path, ...]) -> None:
-    """Validate job scripts; exit 1 if any has an error."""
-    failed = False
-    for path in files:
-        problems = check_script(path.read_text())
-        for p in problems:
-            click.echo(p.format(str(path)), err=p.severity == "error")
-        if any(p.severity == "error" for p in problems):
-            failed = True
-        elif not problems:
-            click.echo(f"{path}: ok")
-    if failed:
-        sys.exit(1)

@@ -139,3 +139,11 @@ def cg() -> Iterator[SlurmLikeCgroups]:
     )
     yield c
     c.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="Rewrite the expected files under tests/golden/ from the code (review the diff).",
+    )

@@ -13,10 +13,10 @@ from test_agent_report import SECRET, _Service
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
-from nodeagent.exporter import make_registry
+from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.report import ReportSender
-from nodeagent.testing import BUSY, cpu_used_during
+from nodeagent.testing import BUSY, cpu_used_during, runs
 
 GIB = 2**30
 
@@ -76,14 +76,14 @@ def test_attribution_pause_resume_end_to_end(tmp_path, cg):
     sim.assign(o_pid, 0, 5 * GIB, 0.0)
     sim.assign(g_pid, 0, 10 * GIB, 0.8)
     assert agent.step() == []
-    assert 502 in agent.paused
+    assert 502 in agent.coloc.paused
 
     # guaranteed idles: resumed, and it runs again
     clock.t += 5
     sim.assign(g_pid, 0, 10 * GIB, 0.0)
     actions = agent.step()
     assert [(a.kind, a.job_id, a.code) for a in actions] == [("resume", 502, "idle")]
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert runs([o_pid])
 
     acc = agent.accounts[501]
     assert acc.gpu_seconds == pytest.approx(15.0)
@@ -96,11 +96,14 @@ def test_attribution_pause_resume_end_to_end(tmp_path, cg):
     assert 'slurm_ext_job_gpu_energy_joules_total{jobid="501"}' in text
     assert 'slurm_ext_colocation_actions_total{action="pause",reason="slowdown"} 1.0' in text
     assert (
-        'slurm_ext_gpu_power_watts{gpu="0",modelName="Simulated H100",uuid="GPU-sim-0000"} 400.0'
+        'slurm_ext_gpu_power_watts{gpu="0",model_name="Simulated H100",uuid="GPU-sim-0000"} 400.0'
         in text
     )
+    assert "nvidia_gpu" not in text  # jobstats' names are served apart, on /jobstats
+    compat = generate_latest(make_jobstats_registry(agent)).decode()
     assert (
-        'nvidia_gpu_jobId{minor_number="0",name="Simulated H100",uuid="GPU-sim-0000"} 501.0' in text
+        'nvidia_gpu_jobId{minor_number="0",name="Simulated H100",uuid="GPU-sim-0000"} 501.0'
+        in compat
     )
 
 
@@ -128,8 +131,8 @@ def test_shutdown_resumes_paused_jobs(tmp_path, cg):
     stop = threading.Event()
     stop.set()
     agent.run(stop)  # stop already set: no sample, straight to the shutdown path
-    assert agent.paused == {}
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert agent.coloc.paused == {}
+    assert runs([o_pid])
     assert json.loads((tmp_path / "state.json").read_text())["paused"] == []
 
 
@@ -142,9 +145,9 @@ def test_restart_recovers_paused_jobs_and_keeps_counters(tmp_path, cg):
     assert before > 0
     del agent  # a crash: no shutdown path ran
     again = make_agent(tmp_path, clock, sim)  # start-up recovery
-    assert cpu_used_during([o_pid], 0.3) > 0.1
-    assert again.paused == {}
-    assert again.action_counts[("resume", "recovery")] == 1
+    assert runs([o_pid])
+    assert again.coloc.paused == {}
+    assert again.coloc.action_counts[("resume", "recovery")] == 1
     assert again.accounts[601].gpu_energy_j == pytest.approx(before)
     clock.t += 5
     again.step()
@@ -208,12 +211,12 @@ def test_progress_drop_pauses_the_opportunistic_job_until_the_guaranteed_one_end
     assert run_for(5, 100) == []
     for _ in range(3):  # alone: three solo samples of 100/s
         assert run_for(5, 100) == []
-    assert agent.co_state.solo_rate[801] == pytest.approx(100.0)
-    assert agent.co_state.solo_rate_n[801] == 4
+    assert agent.coloc.state.solo_rate[801] == pytest.approx(100.0)
+    assert agent.coloc.state.solo_rate_n[801] == 4
     sim.assign(o_pid, 0, GIB, 0.3)  # the opportunistic job joins; GPU util of 801 stays 0.8
     assert run_for(5, 100) == []
-    assert 802 not in agent.paused
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert 802 not in agent.coloc.paused
+    assert runs([o_pid])
     assert run_for(5, 40) == [("pause", 802, "progress")]  # 40/s < 0.7 x 100/s
     cpu_used_during([o_pid], 0.1)
     assert cpu_used_during([o_pid], 0.4) < 0.02  # really stopped
@@ -224,13 +227,13 @@ def test_progress_drop_pauses_the_opportunistic_job_until_the_guaranteed_one_end
     assert 'slurm_ext_colocation_actions_total{action="pause",reason="progress"} 1.0' in text
 
     assert run_for(5, 100) == []  # back at speed, still busy: stays paused
-    assert 802 in agent.paused
+    assert 802 in agent.coloc.paused
     proc = next(p for p in cg.procs if p.pid == g_pid)
     proc.kill()  # the guaranteed job ends
     proc.wait()
     assert run_for(1, 0) == [("resume", 802, "idle")]
-    assert cpu_used_during([o_pid], 0.3) > 0.1
-    assert 801 not in agent.co_state.solo_rate and 801 not in agent.progress.jobs
+    assert runs([o_pid])
+    assert 801 not in agent.coloc.state.solo_rate and 801 not in agent.coloc.progress.jobs
 
 
 def test_gpu_lost_and_missing_energy_counter_do_not_stop_the_agent(tmp_path):
@@ -251,12 +254,12 @@ def test_eaco_verdicts_survive_a_restart(tmp_path):
     clock = Clock()
     sim = SimulatedGpuReader(1, clock=clock)
     agent = make_agent(tmp_path, clock, sim)
-    agent.co_state.admitted = {7}
-    agent.co_state.refused = {8: "measured slowdown 0.400 above bound 0.100"}
+    agent.coloc.state.admitted = {7}
+    agent.coloc.state.refused = {8: "measured slowdown 0.400 above bound 0.100"}
     agent.save_state()
     again = make_agent(tmp_path, clock, sim)
-    assert again.co_state.admitted == {7}
-    assert again.co_state.refused == {8: "measured slowdown 0.400 above bound 0.100"}
+    assert again.coloc.state.admitted == {7}
+    assert again.coloc.state.refused == {8: "measured slowdown 0.400 above bound 0.100"}
 
 
 def test_eaco_verdict_inputs_learnt_or_configured_in_reason_and_metrics(tmp_path, cg):
@@ -281,9 +284,9 @@ def test_eaco_verdict_inputs_learnt_or_configured_in_reason_and_metrics(tmp_path
     clock.t += 5
     sim.assign(o1, 0, 5 * GIB, 0.2)
     sim.assign(g_pid, 0, 10 * GIB, 0.6)
-    assert agent.step() == [] and agent.co_state.admitted == {612}
+    assert agent.step() == [] and agent.coloc.state.admitted == {612}
     o2 = cg.start(613, env={"SLURM_JOB_QOS": "scavenger"})
-    agent.co_state.predictions[611] = Prediction(slowdown=0.12, source="model history")
+    agent.coloc.state.predictions[611] = Prediction(slowdown=0.12, source="model history")
     clock.t += 5
     sim.assign(o2, 0, 5 * GIB, 0.1)
     actions = agent.step()

@@ -12,7 +12,7 @@ import yaml
 
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
-from nodeagent.exporter import make_registry
+from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
 from slurm_ext.metrics import ServiceMetrics
 
@@ -24,7 +24,7 @@ SERIES_SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_s
 def exported_names() -> set[str]:
     """Sample names the agent and the service can expose, from their registries."""
     agent = Agent(AgentConfig(node_name="t", state_file=""), SimulatedGpuReader(1), None)
-    registries = [make_registry(agent, jobstats_compat=True), ServiceMetrics().registry]
+    registries = [make_registry(agent), make_jobstats_registry(agent), ServiceMetrics().registry]
     names = set()
     for registry in registries:
         for family in registry.collect():
@@ -101,7 +101,8 @@ def test_dashboard_is_valid_and_names_only_exported_metrics():
         "slurm_ext_job_paused",
         "slurm_ext_pass_duration_seconds_bucket",
         "slurm_ext_writes_total",
-        "slurm_ext_errors_total",
+        "slurm_ext_slurm_call_errors_total",
+        "slurm_ext_failed_passes_total",
         "slurm_ext_queue_jobs",
         "slurm_ext_reports_received_total",
         "slurm_ext_reports_refused_total",

@@ -107,7 +107,7 @@ def test_recovery_thaws_what_the_agent_froze_but_never_a_job_slurm_suspended(tmp
 
     clock = Clock()
     agent = slurm_agent(tmp_path, live, jobs.node_of(ours), SimulatedGpuReader(1), clock)
-    assert agent.paused == {}
+    assert agent.coloc.paused == {}
     wait_state(ours_pid, "S")  # thawed: sleeping in `sleep 300` again
     time.sleep(0.5)
     assert proc_state(slurms_pid) == "T"  # Slurm's suspension is Slurm's to end
@@ -142,9 +142,12 @@ def test_a_stray_process_with_slurm_job_id_cannot_get_a_real_job_paused(tmp_path
             sim.assign(stray.pid, 0, 50 * GIB, 0.9)
             clock.t += 5
             assert agent.step() == []
-            assert agent.paused == {}
+            assert agent.coloc.paused == {}
             assert 999999 not in agent.accounts
-            assert guaranteed not in agent.jobs or stray.pid not in agent.jobs[guaranteed].pids
+            assert (
+                guaranteed not in agent.snapshot.jobs
+                or stray.pid not in agent.snapshot.jobs[guaranteed].pids
+            )
             sim.remove(stray.pid)
         # the real guaranteed job in the same place does get it paused: the test can fail
         sim.assign(g_pid, 0, 50 * GIB, 0.9)

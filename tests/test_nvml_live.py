@@ -88,12 +88,12 @@ def test_agent_maps_the_loop_to_its_job_and_gpu(load):
     agent.step()
     time.sleep(3)
     agent.step()
-    gpu = next(g for g in agent.gpus if any(p.pid == proc.pid for p in g.processes))
+    gpu = next(g for g in agent.snapshot.gpus if any(p.pid == proc.pid for p in g.processes))
     mine = next(p for p in gpu.processes if p.pid == proc.pid)
     assert mine.used_memory_bytes is None or mine.used_memory_bytes > 256 * 2**20
     assert gpu.util is not None and gpu.util > 0.5
-    assert agent.jobs[4242].from_environ and proc.pid in agent.jobs[4242].pids
-    uses = [u for u in agent.job_gpu if u.job_id == 4242]
+    assert agent.snapshot.jobs[4242].from_environ and proc.pid in agent.snapshot.jobs[4242].pids
+    uses = [u for u in agent.snapshot.job_gpu if u.job_id == 4242]
     assert [u.gpu.uuid for u in uses] == [gpu.uuid]
     print(
         f"gpu {gpu.name} util {gpu.util} per-process util known {gpu.process_util_known} "

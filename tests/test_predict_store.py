@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from nodeagent.report import JobReport
+from slurm_ext.cli.predict import predict
 from slurm_ext.config import ConfigError, from_dict, load_config
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.predict.cli import predict
 from slurm_ext.predict.curve import fit_saturation
 from slurm_ext.predict.from_store import (
     PeriodicRebuild,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.replay.cli import replay_mode
 from slurm_ext.replay.metrics import KEYS
+from slurm_ext.replay.modes import replay_mode
 from slurm_ext.sim.traces import TraceJob
 from slurm_ext.testing.cluster import LocalCluster
 

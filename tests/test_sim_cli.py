@@ -5,7 +5,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from slurm_ext.sim.cli import simulate, trace
+from slurm_ext.cli.sim import simulate
+from slurm_ext.cli.trace import trace
 
 DATA = Path(__file__).parent / "data"
 TRACE = str(DATA / "tiresias-60job.csv")

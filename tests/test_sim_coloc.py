@@ -10,9 +10,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from slurm_ext.cli.sim import simulate
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
-from slurm_ext.sim.cli import simulate
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig
@@ -274,3 +274,46 @@ def test_incremental_speeds_match_a_full_recomputation(learnt):
     sim = CheckedSharing(trace, FIFO, cluster, share)
     sim.run()
     assert CheckedSharing.checks > 300 and sim.pauses and sim.shard_starts
+
+
+def _long_neighbour() -> tuple[list[TraceJob], dict[int, JobProfile]]:
+    """1 node x 2 GPUs, all compute-bound: job 1 holds GPU 0 for 5000 s (limit 7200),
+    job 3 holds GPU 1 for 500 s (limit 600); the opportunistic job 2 (1000 s of work,
+    limit 3000) arrives at 10 s and gets the shard beside job 1 first."""
+    trace = [
+        TraceJob(1, 1, 0.0, 5000.0, model_tag="a", time_limit_s=7200.0),
+        TraceJob(3, 1, 0.0, 500.0, model_tag="c", time_limit_s=600.0),
+        TraceJob(2, 1, 10.0, 1000.0, model_tag="b", opportunistic=True, time_limit_s=3000.0),
+    ]
+    return trace, {j.job_id: JobProfile(0.99, 0.1) for j in trace}
+
+
+def test_paused_opportunistic_job_requeued_or_kept_off_long_neighbours():
+    """Without a rule job 2 stays paused beside job 1 and is killed at its limit.
+    Requeued after 300 s paused, it queues again and runs on GPU 1 once job 3 has left.
+    With `ends_before` it never goes beside job 1 (whose limit ends after its own): it
+    waits beside job 3, paused, and runs once job 3 ends at 500 s."""
+    two = SimConfig(nodes=1, gpus_per_node=2, preemptive=False)
+    trace, prof = _long_neighbour()
+    base = SharingSimulator(trace, FIFO, two, ShareConfig(), prof)
+    base.run()
+    assert base.opp_jobs[0].timed_out and base.opp_jobs[0].finish >= 3010.0
+    requeue = SharingSimulator(trace, FIFO, two, ShareConfig(max_pause_s=300.0), prof)
+    requeue.run()
+    o = requeue.opp_jobs[0]
+    assert not o.timed_out and requeue.opp_requeues >= 1
+    assert 1500.0 <= o.finish <= 2000.0
+    ends = SharingSimulator(trace, FIFO, two, ShareConfig(ends_before=True), prof)
+    ends.run()
+    o = ends.opp_jobs[0]
+    assert not o.timed_out and ends.opp_requeues == 0
+    assert o.finish == pytest.approx(1500.0)
+
+
+def test_opportunistic_rules_are_pure():
+    from slurm_ext.policy.opportunistic import ends_before, overdue
+
+    assert overdue({1: 0.0, 2: 50.0, 3: 100.0}, 100.0, 50.0) == [1, 2]
+    assert overdue({1: 0.0}, 1e9, 0.0) == []
+    assert ends_before(500.0, 0.0, 600.0) and not ends_before(700.0, 0.0, 600.0)
+    assert not ends_before(None, 0.0, 600.0) and ends_before(500.0, 0.0, None)

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import toml
 from conftest import wait_for
 
+from slurm_ext import tomlio
 from slurm_ext.service import ServiceConfig
 from slurm_ext.testing.cluster import LocalCluster
 
@@ -23,7 +23,7 @@ def test_scrape_config_targets_the_default_ports() -> None:
     service_ports = set(re.findall(r'"[^":]+:(\d+)"', jobs["slurm-ext-service"]))
     agent_ports = set(re.findall(r'"[^":]+:(\d+)"', jobs["slurm-ext-agent"]))
     assert service_ports == {str(ServiceConfig().port)}
-    assert agent_ports == {str(toml.load(ETC / "agent.toml")["exporter"]["port"])}
+    assert agent_ports == {str(tomlio.loads((ETC / "agent.toml").read_text())["exporter"]["port"])}
     assert "\t" not in text  # YAML forbids tabs for indentation
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from slurm_ext.config import choices, positive
 from slurm_ext.policy.kinds import parse_level
 
-POLICIES = ("gittins", "las", "fifo", "multifactor", "sjf", "srtf")
+POLICIES = ("gittins", "las", "fifo", "multifactor", "fairshare", "sjf", "srtf")
 ORACLES = ("sjf", "srtf")  # these read JobView.true_duration_s: simulator-only baselines
 
 
@@ -77,6 +77,18 @@ class PolicyConfig:
         simulator uses its cluster's own (SimConfig).
     multifactor_age_weight / multifactor_size_weight: priority = age_weight x age in
         hours + size_weight x GPUs (Slurm's PriorityWeightAge / JobSize, uncapped age).
+    fairshare_*: policy "fairshare" is Slurm alone as sites run it (policy/fairshare.py):
+        priority = weight_age x min(age / max_age, 1) + weight x classic fair-share
+        factor of the job's user (usage decayed with half_life, factors recomputed
+        every calc_period). Defaults: Slurm's documented example weights (Age 1000,
+        Fairshare 10000) and its default PriorityMaxAge / PriorityDecayHalfLife (7
+        days) and PriorityCalcPeriod (5 min). Needs the user's factor from the shell
+        (the simulator's UsageLedger); without one every user reads 1.
+    fairshare_site_weight: for gittins, compose the index with Slurm's own priority
+        as a site would: key = Slurm's multifactor priority (the fairshare_* weights,
+        the user's factor from the shell's ledger) + this x the index mapped to [0, 1]
+        (`fairshare.index_site_factor`), the SiteFactor term. 0: off (the index alone).
+        The wait guard still lifts a job above every other.
     """
 
     policy: str = choices(*POLICIES, default="gittins")
@@ -104,6 +116,12 @@ class PolicyConfig:
     preemption_restart_s: float = 30.0
     multifactor_age_weight: float = 10.0
     multifactor_size_weight: float = 10.0
+    fairshare_weight_age: float = 1000.0
+    fairshare_weight: float = 10000.0
+    fairshare_max_age_s: float = 7 * 86400.0
+    fairshare_half_life_s: float = 7 * 86400.0
+    fairshare_calc_period_s: float = positive(300.0)
+    fairshare_site_weight: float = 0.0
 
     def __post_init__(self) -> None:
         ts = list(self.queue_thresholds_gpu_s)
@@ -125,6 +143,18 @@ class PolicyConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {v}")
+        if self.fairshare_calc_period_s <= 0:
+            raise ValueError("fairshare_calc_period_s must be > 0")
+        for name in (
+            "fairshare_weight_age",
+            "fairshare_weight",
+            "fairshare_max_age_s",
+            "fairshare_half_life_s",
+            "fairshare_site_weight",
+        ):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {v}")
         if self.max_preemptions < 0:
             raise ValueError("max_preemptions must be >= 0 (0: no cap)")
         if self.gittins_class_min_samples < 1:
@@ -144,3 +174,10 @@ class PolicyConfig:
     @property
     def oracle(self) -> bool:
         return self.policy in ORACLES
+
+    @property
+    def reads_fairshare(self) -> bool:
+        """Whether keys read the users' fair-share factors (the shell keeps the ledger)."""
+        return self.policy == "fairshare" or (
+            self.policy == "gittins" and self.fairshare_site_weight > 0
+        )

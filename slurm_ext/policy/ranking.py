@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from slurm_ext.model import Decision, JobView
 from slurm_ext.policy.config import PolicyConfig
+from slurm_ext.policy.fairshare import index_site_factor, multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
 from slurm_ext.policy.kinds import Completed, KindTables
 
@@ -145,6 +146,7 @@ def key_and_change(
     job_name: str = "",
     account: str = "",
     time_limit_s: float | None = None,
+    fair_share: float = 1.0,
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
@@ -155,6 +157,9 @@ def key_and_change(
     thresholds and at Gittins grid points; pending jobs at promotion. SRTF changes
     continuously and returns 0. Only oracle policies read `true_duration_s`; the kind
     (user, job_name, account, time_limit_s) picks the Gittins table (policy/kinds.py).
+    `fair_share` is the user's fair-share factor at the last calc pass (policy
+    "fairshare", and gittins with `fairshare_site_weight`); keys that read it (and the age
+    factor) change at the next pass.
     """
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
@@ -224,12 +229,37 @@ def key_and_change(
                     left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
                     if left < after:
                         after = max(0.0, left)
+        if p == "gittins" and config.fairshare_site_weight > 0 and score != GUARDED:
+            # composed with Slurm's multifactor: the index as a SiteFactor term (no
+            # history: index 0, Slurm's own order)
+            score = -(
+                multifactor_priority(
+                    now - submit_time,
+                    fair_share,
+                    config.fairshare_weight_age,
+                    config.fairshare_weight,
+                    config.fairshare_max_age_s,
+                )
+                + config.fairshare_site_weight * index_site_factor(-score)
+            )
+            after = min(after, _to_next_pass(now, config))
         return (prot, queue, score, submit_time, job_id), after
     after = math.inf
     if running and prot == 0:
         after = config.min_run_s - last_run_s
     if p == "fifo":
         return (prot, 0, 0.0, submit_time, job_id), after
+    if p == "fairshare":  # Slurm alone: age + fair-share, recomputed each calc pass
+        if running:
+            return (prot, 0, 0.0, submit_time, job_id), after
+        prio = multifactor_priority(
+            now - submit_time,
+            fair_share,
+            config.fairshare_weight_age,
+            config.fairshare_weight,
+            config.fairshare_max_age_s,
+        )
+        return (prot, 0, -float(prio), submit_time, job_id), _to_next_pass(now, config)
     if p == "multifactor":
         # age x w_a + gpus x w_s; the age term is now x w_a - submit x w_a, and now is shared.
         score = -(
@@ -248,8 +278,18 @@ def key_and_change(
     raise ValueError(f"unknown policy {p!r}")
 
 
+def _to_next_pass(now: float, config: PolicyConfig) -> float:
+    """Seconds to the next fair-share calc pass (a boundary a hair away counts as now)."""
+    period = config.fairshare_calc_period_s
+    return (math.floor(now / period + 1e-9) + 1) * period - now
+
+
 def _key_and_change(
-    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None
+    job: JobView,
+    now: float,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    fair_share: Mapping[str, float] | None = None,
 ) -> tuple[Key, float]:
     return key_and_change(
         config,
@@ -269,12 +309,20 @@ def _key_and_change(
         job.job_name,
         job.account,
         job.time_limit_s,
+        1.0 if fair_share is None else fair_share.get(job.user, 1.0),
     )
 
 
-def priority_key(job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None) -> Key:
-    """The sort key of one job (`key_and_change`); only oracle policies read `true_duration_s`."""
-    return _key_and_change(job, now, config, table)[0]
+def priority_key(
+    job: JobView,
+    now: float,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    fair_share: Mapping[str, float] | None = None,
+) -> Key:
+    """The sort key of one job (`key_and_change`); only oracle policies read
+    `true_duration_s`. `fair_share`: user -> factor (policy/fairshare.py), missing: 1."""
+    return _key_and_change(job, now, config, table, fair_share)[0]
 
 
 def key_change_after(
@@ -376,6 +424,8 @@ def explain(
             )
     elif p == "fifo":
         parts.append(f"fifo: submitted {job.submit_time:.0f}")
+    elif p == "fairshare":
+        parts.append(f"slurm multifactor priority {-key[2]:.0f} (age + fair-share)")
     elif p == "multifactor":
         age_h = max(0.0, now - job.submit_time) / 3600.0
         a = config.multifactor_age_weight * age_h
@@ -389,19 +439,25 @@ def explain(
 
 
 def rank(
-    jobs: Sequence[JobView], now: float, config: PolicyConfig, history: History = None
+    jobs: Sequence[JobView],
+    now: float,
+    config: PolicyConfig,
+    history: History = None,
+    fair_share: Mapping[str, float] | None = None,
 ) -> list[Decision]:
     """Order jobs (running and pending) best first; Decision.rank 0 runs first.
 
     `history` is the completed jobs' GPU-seconds or a prebuilt GittinsTable; without it
     the gittins policy falls back to 2D-LAS and says so in each reason. With
     `gittins_censored` the table also reads `jobs`' attained service (censored).
+    `fair_share` (user -> Slurm's fair-share factor) feeds policy "fairshare" and
+    `fairshare_site_weight`; a user missing from it reads 1 (no usage).
     """
     table = None
     if config.policy == "gittins":
         active = [(j.gpus, j.attained_gpu_s) for j in jobs] if config.gittins_censored else None
         table = build_table(history, config, active)
-    keyed = sorted((priority_key(j, now, config, table), j) for j in jobs)
+    keyed = sorted((priority_key(j, now, config, table, fair_share), j) for j in jobs)
     out = []
     for i, (k, j) in enumerate(keyed):
         chosen = _chosen(j, config, table)  # the table the job's index reads, and its group

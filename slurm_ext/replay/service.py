@@ -14,8 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import toml
-
+from slurm_ext import tomlio
 from slurm_ext.policy import PolicyConfig
 
 SITE_INTERVAL_S = 30.0  # etc/service.toml's interval_s
@@ -71,7 +70,7 @@ def write_config(
             )
         ),
     }
-    path.write_text(toml.dumps(data))
+    path.write_text(tomlio.dumps(data))
     return path
 
 

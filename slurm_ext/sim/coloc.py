@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from slurm_ext.coloc_history import ColocHistory, Observation
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
+from slurm_ext.policy import opportunistic as opp_rules
 from slurm_ext.sim.coloc_agents import SimulatedAgents
 from slurm_ext.sim.coloc_model import (
     DEFAULT_SHARE,
@@ -116,6 +117,8 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self.verdicts: dict[str, int] = {}  # EaCO verdicts by input source: learnt/configured
         self.stretch: dict[int, list[float]] = {}  # job id -> [wall at base rate, work]
         self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
+        self.paused_since: dict[int, float] = {}  # opportunistic job id -> pause time
+        self.opp_requeues = 0  # paused past share.max_pause_s and requeued
         self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
 
     # ---- time --------------------------------------------------------------------------
@@ -190,7 +193,12 @@ class SharingSimulator(SimulatedAgents, Simulator):
 
     def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
         if job in self.on_shards:
-            return  # not the engine's while it runs on shards
+            # not the engine's while it runs on shards; a wake-up is its pause bound
+            if wake and job.id in opp_rules.overdue(
+                {job.id: self.paused_since.get(job.id, INF)}, now, self.share.max_pause_s
+            ):
+                self._requeue_paused(job, now)
+            return
         if job in self.opp and job not in self.queued and job.finish is None:
             self.queued.add(job)  # queued for shards once, at arrival
             heapq.heappush(self.opp_queue, (job.submit, job.id, job))
@@ -261,9 +269,42 @@ class SharingSimulator(SimulatedAgents, Simulator):
             job.start = now
             if job.first_start is None:
                 job.first_start = now
-            self.track[job] = Track(now, 0.0, 0.0, now, speed=0.0)  # _respeed sets both
+            # _respeed sets rate and speed; a requeued job goes on from its checkpoint
+            self.track[job] = Track(now, job.progress, 0.0, now, speed=0.0, p_start=job.progress)
         for entry in keep:
             heapq.heappush(self.opp_queue, entry)
+
+    def _requeue_paused(self, job: SimJob, now: float) -> None:
+        """What the service does to a job paused past the bound: `scontrol requeue`. It
+        leaves its shard, keeps the work up to its last checkpoint and queues again (for
+        shards, and whole GPUs too with `whole_gpus`), its time limit starting afresh."""
+        self._advance(now)
+        done = min(job.duration, self._progress(job, now))
+        ck = self.cl.checkpoint_interval_s
+        self._leave(job, now)
+        self.on_shards.discard(job)
+        self.paused_since.pop(job.id, None)
+        job.progress = (done // ck) * ck if ck > 0 else done
+        job.running = False
+        job.run_ver += 1
+        job.key_ver += 1
+        self.opp_requeues += 1
+        heapq.heappush(self.opp_queue, (job.submit, job.id, job))
+        if self.share.whole_gpus:
+            self.n_pending += 1
+            self.pending_ver += 1
+            self.bf_changed = True
+            super()._rekey(job, now)
+        self._touch(())
+
+    def _ends_ok(self, k: GpuKey, job: SimJob) -> bool:
+        """`ends_before`: a GPU a guaranteed job holds is offered only if its limit ends
+        before this job's would (idle GPUs always are)."""
+        g = self.gpus[k].guaranteed
+        if not self.share.ends_before or g is None:
+            return True
+        end = g.start + g.limit if g.limit is not None and g.start is not None else None
+        return opp_rules.ends_before(end, self.t_last, job.limit)
 
     def _find(self, job: SimJob) -> list[GpuKey] | None:
         """GPUs with room on one node (beside guaranteed jobs first), or any if wider
@@ -275,7 +316,9 @@ class SharingSimulator(SimulatedAgents, Simulator):
         mine = self._predicted_util(job) if learnt else None
         per_node = []
         for node in self.node_names:
-            room = [k for k in self._node_gpus(node) if self._room(k, prof)]
+            room = [
+                k for k in self._node_gpus(node) if self._room(k, prof) and self._ends_ok(k, job)
+            ]
             if learnt:
                 scored = [(self._demand(k, mine), k) for k in room]
                 room = [k for d, k in sorted(scored) if d <= 1.0 or d >= UNKNOWN]
@@ -323,6 +366,7 @@ class SharingSimulator(SimulatedAgents, Simulator):
                 g.opp.remove(job)
             self.changed.add(k[0])
         self.paused.discard(job)
+        self.paused_since.pop(job.id, None)
         for held in self.node_paused.values():
             held.discard(job)
         tr = self.track.pop(job, None)

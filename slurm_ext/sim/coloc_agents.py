@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from slurm_ext.policy import colocation as co
 from slurm_ext.sim.coloc_model import AGENT_SAMPLE_S, MAX_ROUNDS, GpuKey, kind_keys
+from slurm_ext.sim.engine import WAKE
 from slurm_ext.sim.sharing import speeds
 from slurm_ext.sim.simjob import SimJob
 
@@ -132,10 +133,14 @@ class SimulatedAgents:
                 held.add(job)
                 self.paused.add(job)
                 self.pauses[job.id] = self.pauses.get(job.id, 0) + 1
+                if self.share.max_pause_s > 0 and job.id not in self.paused_since:
+                    self.paused_since[job.id] = self.t_last  # wakes at its bound
+                    self._push_event(self.t_last + self.share.max_pause_s, WAKE, job, job.key_ver)
             else:
                 held.discard(job)
                 if not any(job in h for h in self.node_paused.values()):
                     self.paused.discard(job)
+                    self.paused_since.pop(job.id, None)
                 self.resumes += 1
         self.refusals += len(set(state.refused) - refused_before)
         for job_id in set(state.verdict_source) - sources_before:

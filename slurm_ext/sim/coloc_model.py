@@ -35,6 +35,11 @@ class ShareConfig:
     # has, so a wide one paused for one GPU's guaranteed job idles the others (measured:
     # docs/benchmarks.md); wider ones wait for whole GPUs. 0: no limit
     max_shard_gpus: int = 1
+    # policy.opportunistic: requeue a job paused this long (trace s; 0: never), from its
+    # last checkpoint (SimConfig.checkpoint_interval_s); shards only beside guaranteed
+    # jobs whose limit ends before the newcomer's
+    max_pause_s: float = 0.0
+    ends_before: bool = False
 
     def __post_init__(self) -> None:
         if self.shards_per_gpu < 1:

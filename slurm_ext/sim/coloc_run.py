@@ -132,6 +132,7 @@ def run_pair(
         "pauses_per_opportunistic_job": sum(pauses) / len(pauses) if pauses else 0.0,
         "pauses_max": max(pauses, default=0),
         "resumes": sim.resumes,
+        "opportunistic_requeues": sim.opp_requeues,
         "eaco_refusals": sim.refusals,
         "eaco_verdicts_learnt": sim.verdicts.get("learnt", 0),
         "eaco_verdicts_configured": sim.verdicts.get("configured", 0),

@@ -43,6 +43,7 @@ from slurm_ext.policy.ranking import starved
 from slurm_ext.sim.backfill import NodeSteps
 from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
 from slurm_ext.sim.cluster import ClusterState, sim_jobs
+from slurm_ext.sim.fairshare import fairshare_ledger
 from slurm_ext.sim.keys import KeyedQueues
 from slurm_ext.sim.preemption import Preemption
 from slurm_ext.sim.scheduler import SlurmPasses
@@ -95,6 +96,8 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         self.table: GittinsTable | None = None
         if policy.policy == "gittins" and self.history:
             self.table = build_table(list(self.history), self.cfg)
+        # Slurm's fair-share usage per user, when keys read it (policy/fairshare.py)
+        self.ledger = fairshare_ledger(self.cfg, self.jobs)
         self.dynamic = policy.policy == "srtf"  # running keys change continuously
         self.preemptions = 0
         self.timeouts = 0
@@ -290,6 +293,8 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
 
     def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
         self.epoch += 1
+        if self.ledger is not None:
+            self.ledger.charge(job.user, job.gpus, job.start, now)
         ran = now - job.start
         job.progress = min(job.duration, job.progress + max(0.0, ran - job.overhead) / job.slowdown)
         job.attained += job.gpus * ran

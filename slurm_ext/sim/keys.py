@@ -41,6 +41,7 @@ class KeyedQueues:
         """
         old = job.key
         running = job.running
+        fs = 1.0 if self.ledger is None else self.ledger.at(job.user, now, self.running_jobs)
         # the numbers `job.view(now)` would hold, without building it
         if running:
             ran = now - job.start
@@ -62,6 +63,7 @@ class KeyedQueues:
                 job.name,
                 job.account,
                 job.limit,
+                fs,
             )
         else:
             key, after = key_and_change(
@@ -82,6 +84,7 @@ class KeyedQueues:
                 job.name,
                 job.account,
                 job.limit,
+                fs,
             )
         if not wake or key != old:
             job.key = key

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_ext.sim.synth import GPU_CHOICES, MAX_S, MEDIAN_S, MIN_S, MODELS, SIGMA
 from slurm_ext.sim.timelimits import user_time_limit
@@ -131,6 +131,44 @@ def synth_user_jobs(
         )
         t += rng.expovariate(rate)
     return jobs
+
+
+FLOOD_USER = "flooder"
+
+
+def with_flooder(
+    jobs: list[TraceJob], n: int, bursts: int = 10, median_s: float = 600.0, seed: int = 0
+) -> list[TraceJob]:
+    """`jobs` plus one user who floods the queue with short 1-GPU jobs: `n` jobs of one
+    kind (median `median_s`, sigma 0.3, limit 1 h), in `bursts` equal bursts evenly over
+    the middle half of the trace (a hyper-parameter sweep submitted at once, again and
+    again). Job ids are renumbered in submit order. The fairness test of issue 16: such a
+    user must not take the cluster over."""
+    if n <= 0 or not jobs:
+        return list(jobs)
+    rng = random.Random(seed)
+    t0, t1 = jobs[0].submit_time, jobs[-1].submit_time
+    lo, span = t0 + (t1 - t0) / 4, (t1 - t0) / 2
+    flood = []
+    for i in range(n):
+        b = i * bursts // n
+        at = lo + span * (b + 0.5) / bursts
+        run = min(3600.0, max(MIN_S, rng.lognormvariate(math.log(median_s), 0.3)))
+        flood.append(
+            TraceJob(
+                -1,
+                1,
+                round(at, 3),
+                round(run, 3),
+                "resnet50",
+                FLOOD_USER,
+                time_limit_s=3600.0,
+                job_name="sweep",
+                checkpoint=True,
+            )
+        )
+    merged = sorted(list(jobs) + flood, key=lambda j: j.submit_time)
+    return [replace(j, job_id=i) for i, j in enumerate(merged)]
 
 
 def _poisson(rng: random.Random, lam: float) -> int:

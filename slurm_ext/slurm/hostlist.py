@@ -1,11 +1,23 @@
-"""Slurm hostlist expressions: `node[1-3,7],gpu[01-02]` <-> a list of names."""
+"""Slurm hostlist expressions: `node[1-3,7],gpu[01-02]` <-> a list of names.
+
+As Slurm's src/common/hostlist.c: names separated by commas or whitespace, ranges with
+leading zeros fixing the width, several bracket groups per name (`rack[0-1]_blade[0-3]`,
+and text after the last one, as Slurm 25.11 accepts), duplicates kept in order. A
+reversed or empty range is refused, and so is a range over MAX_RANGE names or an
+expression over MAX_NAMES (Slurm bounds ranges the same way, so that an expression such
+as `a[0-999999999]` cannot exhaust memory). tests/test_hostlist.py checks the examples
+of Slurm's man pages against these functions and, where it is installed, scontrol.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")
+_GROUP = re.compile(r"^([^\[\]]*)\[([^\]]+)\](.*)$")
+MAX_RANGE = 64 * 1024  # Slurm's MAX_RANGE (MAX_SLURM_NODES)
+MAX_NAMES = 1 << 20
 
 
 def _split_top(expr: str) -> list[str]:
@@ -15,7 +27,7 @@ def _split_top(expr: str) -> list[str]:
             depth += 1
         elif ch == "]":
             depth -= 1
-        if ch == "," and depth == 0:
+        if (ch == "," or ch.isspace()) and depth == 0:
             parts.append("".join(cur))
             cur = []
         else:
@@ -30,35 +42,56 @@ def expand_hostlist(expr: str | None) -> list[str]:
         return []
     names: list[str] = []
     for part in _split_top(expr):
-        m = re.match(r"^([^\[\]]*)\[([^\]]+)\](.*)$", part)
-        if not m:
-            if "[" in part or "]" in part:
-                raise ValueError(f"bad hostlist part {part!r} in {expr!r}")
-            names.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for rng in ranges.split(","):
-            r = _RANGE.match(rng.strip())
-            if not r:
-                raise ValueError(f"bad range {rng!r} in {expr!r}")
-            lo, hi = r.group(1), r.group(2) or r.group(1)
-            width = len(lo)
-            for i in range(int(lo), int(hi) + 1):
-                for name in expand_hostlist(f"{prefix}{i:0{width}d}{suffix}"):
-                    names.append(name)
+        names.extend(_expand_name(part, expr))
+        if len(names) > MAX_NAMES:
+            raise ValueError(f"hostlist {expr[:80]!r} names more than {MAX_NAMES} hosts")
     return names
+
+
+def _expand_name(part: str, expr: str) -> list[str]:
+    """One name: its first bracket group times the expansion of the rest."""
+    m = _GROUP.match(part)
+    if not m:
+        if "[" in part or "]" in part:
+            raise ValueError(f"bad hostlist part {part!r} in {expr!r}")
+        return [part]
+    prefix, ranges, suffix = m.groups()
+    numbers: list[str] = []
+    for rng in ranges.split(","):
+        r = _RANGE.match(rng.strip())
+        if not r:
+            raise ValueError(f"bad range {rng!r} in {expr!r}")
+        lo, hi = r.group(1), r.group(2) or r.group(1)
+        if int(hi) < int(lo):
+            raise ValueError(f"reversed range {rng!r} in {expr!r}")
+        if int(hi) - int(lo) + 1 > MAX_RANGE:
+            raise ValueError(f"range {rng!r} in {expr[:80]!r} names more than {MAX_RANGE} hosts")
+        numbers.extend(f"{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
+        if len(numbers) > MAX_NAMES:
+            raise ValueError(f"hostlist {expr[:80]!r} names more than {MAX_NAMES} hosts")
+    tails = _expand_name(suffix, expr) if suffix else [""]
+    if len(numbers) * len(tails) > MAX_NAMES:
+        raise ValueError(f"hostlist {expr[:80]!r} names more than {MAX_NAMES} hosts")
+    return [f"{prefix}{n}{t}" for n in numbers for t in tails]
 
 
 def compress_hostlist(names: Iterable[str]) -> str:
     """The shortest common form Slurm accepts: `node[1-3,7]` (sorted, per prefix)."""
-    groups: dict[tuple[str, int], list[int]] = {}
+    numbered: list[tuple[str, str]] = []
     plain: list[str] = []
     for name in names:
-        m = re.match(r"^(.*?)(\d+)$", name)
-        if not m:
+        m = re.match(r"^(.*?)([0-9]+)$", name)
+        if m:
+            numbered.append((m.group(1), m.group(2)))
+        else:
             plain.append(name)
-            continue
-        groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
+    # A zero-padded number (`07`) fixes its group's width; an unpadded one joins the padded
+    # group of its own length (`17` with `07`), else the unpadded group (width 0).
+    padded = {(p, len(d)) for p, d in numbered if len(d) > 1 and d.startswith("0")}
+    groups: dict[tuple[str, int], list[int]] = {}
+    for prefix, digits in numbered:
+        width = len(digits) if (prefix, len(digits)) in padded else 0
+        groups.setdefault((prefix, width), []).append(int(digits))
     out = list(plain)
     for (prefix, width), nums in sorted(groups.items()):
         nums = sorted(set(nums))

@@ -74,7 +74,7 @@ PriorityWeightFairshare=0
 PriorityWeightPartition=0
 PriorityWeightQOS=0
 PriorityCalcPeriod=1
-GresTypes=gpu
+GresTypes={gres_types}
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=600
@@ -87,14 +87,24 @@ JobRequeue=1
 DefMemPerCPU=1000
 {job_submit}
 {extra}
-NodeName=DEFAULT CPUs={cpus} RealMemory={memory_mb} Gres=gpu:{gpus} State=UNKNOWN
+NodeName=DEFAULT CPUs={cpus} RealMemory={memory_mb} Gres={node_gres} State=UNKNOWN
 {node_lines}
 PartitionName={partition} Nodes={node_range} Default=YES MaxTime=INFINITE State=UP
-"""
+{share_partition}"""
 
 GRES_CONF = """\
 AutoDetect=off
 NodeName={node_range} Name=gpu File={root}/dev/gpu[0-{last_gpu}]
+"""
+
+# With `shards_per_gpu` (see LocalCluster): Slurm never puts a gres/shard job on a GPU a
+# gres/gpu job holds, so each GPU gets a second, "share" device file that only carries
+# shards; whole-GPU jobs ask for type "full". GPU i and share device G+i are one GPU.
+SHARD_GRES_CONF = """\
+AutoDetect=off
+NodeName={node_range} Name=gpu Type=full File={root}/dev/gpu[0-{last_gpu}]
+NodeName={node_range} Name=gpu Type=share File={root}/dev/gpu[{first_share}-{last_share}]
+NodeName={node_range} Name=shard Count={shards} File={root}/dev/gpu[{first_share}-{last_share}]
 """
 
 
@@ -136,6 +146,10 @@ class LocalCluster:
     extra_conf: str = ""
     prefix: Path | None = None  # a Slurm installation; None: Debian's programs on PATH
     accounting: bool = False  # a private MariaDB + slurmdbd (testing/accounting.py)
+    # > 0: gres/shard for opportunistic jobs, `shards_per_gpu` jobs per GPU in all (the
+    # whole-GPU one included) and partition `share_partition` (SHARD_GRES_CONF)
+    shards_per_gpu: int = 0
+    share_partition: str = "opp"
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _owns_root: bool = field(default=False, repr=False)
     _version: tuple[int, int] | None = field(default=None, repr=False)
@@ -238,7 +252,8 @@ class LocalCluster:
         (sockets / "munge").mkdir(parents=True, exist_ok=True)
         for name in self.node_names:
             (sockets / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
-        for i in range(self.gpus_per_node):
+        g = self.gpus_per_node
+        for i in range(2 * g if self.shards_per_gpu > 0 else g):
             self._fake_gpu(root / "dev" / f"gpu{i}")
         ports = _free_ports(self.nodes + 1)
         self.ctld_port, node_ports = ports[0], ports[1:]
@@ -260,19 +275,39 @@ class LocalCluster:
                 sockets=sockets,
                 cpus=self.cpus_per_node,
                 memory_mb=self.memory_mb,
-                gpus=self.gpus_per_node,
+                gres_types="gpu,shard" if self.shards_per_gpu > 0 else "gpu",
+                node_gres=self._node_gres(),
                 node_lines=node_lines,
                 node_range=node_range,
                 partition=self.partition,
                 job_submit=job_submit,
                 extra=self.extra_conf,
+                share_partition=(
+                    f"PartitionName={self.share_partition} Nodes={node_range} "
+                    "MaxTime=INFINITE State=UP\n"
+                    if self.shards_per_gpu > 0
+                    else ""
+                ),
             )
         )
         if self.accounting:
             self._write_accounting_files()
-        (root / "etc" / "gres.conf").write_text(
-            GRES_CONF.format(node_range=node_range, root=root, last_gpu=self.gpus_per_node - 1)
-        )
+        if self.shards_per_gpu > 0:
+            gres = SHARD_GRES_CONF.format(
+                node_range=node_range,
+                root=root,
+                last_gpu=g - 1,
+                first_share=g,
+                last_share=2 * g - 1,
+                shards=g * (self.shards_per_gpu - 1),
+            )
+        else:
+            gres = GRES_CONF.format(node_range=node_range, root=root, last_gpu=g - 1)
+        (root / "etc" / "gres.conf").write_text(gres)
+
+    def _node_gres(self) -> str:
+        g, s = self.gpus_per_node, self.shards_per_gpu
+        return f"gpu:full:{g},gpu:share:{g},shard:{g * (s - 1)}" if s > 0 else f"gpu:{g}"
 
     def _fake_gpu(self, path: Path) -> None:
         """A GPU device file for gres.conf: a plain file is enough for 22.05; later slurmd

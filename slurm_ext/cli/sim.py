@@ -1,19 +1,28 @@
-"""`slurm-ext simulate` and `slurm-ext trace synth`: thin shells over slurm_ext.sim."""
+"""`slurm-ext simulate`: a trace through one policy or several on a simulated cluster (slurm_ext.sim)."""
 
 from __future__ import annotations
 
 import csv
-import json
 import math
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import click
 
-from slurm_ext.config import ConfigError, load_config
-from slurm_ext.policy import POLICIES, PolicyConfig
+from slurm_ext.cli.options import (
+    backfill_options,
+    checkpoint_interval_option,
+    json_option,
+    load_policy,
+    load_trace,
+    policy_config_option,
+    preemptible_fraction_option,
+    seed_option,
+    shape_options,
+    trace_options,
+)
+from slurm_ext.cli.output import echo_fields, echo_json
+from slurm_ext.policy import POLICIES
 from slurm_ext.policy import colocation as co
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
@@ -22,9 +31,6 @@ from slurm_ext.sim.engine import SCHEDULERS, SimConfig
 from slurm_ext.sim.report import plot_cdf, table
 from slurm_ext.sim.run import compare as run_compare
 from slurm_ext.sim.run import simulate as run_one
-from slurm_ext.sim.synth import synth_jobs, write_tiresias_csv
-from slurm_ext.sim.traces import FORMATS, TraceError, read_trace
-from slurm_ext.sim.users import synth_user_jobs
 
 
 def _progress():
@@ -62,27 +68,28 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: str | None):
+    """--plot is checked when the options are read, not after a long simulation."""
+    if value is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise click.BadParameter(
+                f"needs matplotlib ({exc}); install it with pip install 'slurm-ext[plot]'"
+            ) from exc
+    return value
+
+
 @click.command()
-@click.option(
-    "--trace",
-    "trace_path",
-    required=True,
-    type=click.Path(exists=True),
-    help="Trace file (PAI: the job table or its directory).",
-)
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tiresias", show_default=True)
-@click.option("--skip-bad", is_flag=True, help="Skip and count bad rows instead of stopping.")
-@click.option("--nodes", type=int, default=8, show_default=True)
-@click.option("--gpus-per-node", type=int, default=8, show_default=True)
+@trace_options
+@shape_options(nodes=8, gpus_per_node=8)
 @click.option(
     "--policy",
     type=click.Choice(POLICIES),
     default=None,
     help="Overrides the config file.  [default: gittins]",
 )
-@click.option(
-    "--config", "config_path", type=click.Path(), default=None, help="TOML with PolicyConfig keys."
-)
+@policy_config_option("TOML with PolicyConfig keys.")
 @click.option("--preemptive/--no-preemptive", default=True, show_default=True)
 @click.option(
     "--scheduler",
@@ -93,34 +100,7 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
     "limits; greedy: lower-ranked jobs that fit start past a blocked one (no "
     "reservations); strict: stop at the first job that does not fit.",
 )
-@click.option(
-    "--bf-window",
-    type=click.FloatRange(min=0, min_open=True),
-    default=86400.0,
-    show_default=True,
-    help="Seconds ahead backfill reserves for (Slurm's bf_window, which is in minutes).",
-)
-@click.option(
-    "--bf-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Seconds between backfill passes (bf_interval).",
-)
-@click.option(
-    "--bf-max-job-test",
-    type=click.IntRange(min=1),
-    default=500,
-    show_default=True,
-    help="Pending jobs one backfill pass looks at (bf_max_job_test).",
-)
-@click.option(
-    "--bf-resolution",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Seconds reservation times are rounded to (bf_resolution).",
-)
+@backfill_options
 @click.option(
     "--pass-interval",
     type=click.FloatRange(min=0),
@@ -129,28 +109,17 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
     help="Seconds between the policy's passes (the service's interval_s): re-ranking and "
     "preemption happen at its multiples; 0: at every event.",
 )
-@click.option(
-    "--preemptible-fraction",
-    type=click.FloatRange(0.0, 1.0),
-    default=None,
-    help="Share of jobs that may be preempted (seeded draw).  [default: the trace's "
+@preemptible_fraction_option(
+    None,
+    "Share of jobs that may be preempted (seeded draw).  [default: the trace's "
     "checkpoint flags if it has any, else every job]",
 )
-@click.option(
-    "--checkpoint-interval",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Seconds of work between a job's checkpoints: a preempted job loses the work "
+@checkpoint_interval_option(
+    0.0,
+    "Seconds of work between a job's checkpoints: a preempted job loses the work "
     "since its last one (lost_work_gpu_s); 0: nothing lost.",
 )
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Seed of the time limits given to jobs without one and of --preemptible-fraction.",
-)
+@seed_option("Seed of the time limits given to jobs without one and of --preemptible-fraction.")
 @click.option(
     "--placement",
     type=click.Choice(("consolidate", "spread", "profile")),
@@ -219,14 +188,20 @@ def _parse_knees(items: tuple[str, ...]) -> dict[str, float]:
     is_flag=True,
     help="Place opportunistic jobs by their kinds' learnt utilisation (simulator only).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option
 @click.option(
     "--compare",
     default=None,
     help="Comma-separated policies to compare; a Slurm-alone row (FIFO, --scheduler slurm, "
     "--no-preemptive) comes first for vs_slurm, FIFO is added for vs_fifo.",
 )
-@click.option("--plot", type=click.Path(), default=None, help="Write a JCT CDF PNG.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    callback=_needs_matplotlib,
+    help="Write a JCT CDF PNG (needs matplotlib: the [plot] extra).",
+)
 def simulate(
     trace_path,
     fmt,
@@ -262,17 +237,10 @@ def simulate(
     plot,
 ):  # noqa: E501
     """Replay a trace through one policy (or several) on a simulated cluster."""
-    try:
-        cfg = load_config(PolicyConfig, config_path)
-        trace = read_trace(trace_path, fmt, skip_bad=skip_bad)
-    except (ConfigError, TraceError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    cfg = load_policy(config_path)
+    trace = load_trace(trace_path, fmt, skip_bad)
     if policy:
         cfg = replace(cfg, policy=policy)
-    if not trace.jobs:
-        raise click.ClickException(f"{trace_path}: no usable jobs")
-    if trace.skipped:
-        click.echo(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}", err=True)
     try:
         cluster = SimConfig(
             nodes=nodes,
@@ -332,12 +300,11 @@ def simulate(
     if plot:
         plot_cdf(runs, plot)
     if as_json:
-        click.echo(json.dumps(rows[0] if not compare else {"compare": rows}, indent=2))
+        echo_json(rows[0] if not compare else {"compare": rows})
     elif compare:
         click.echo(table(rows))
     else:
-        for k, v in rows[0].items():
-            click.echo(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
+        echo_fields(rows[0])
 
 
 def _share(jobs, cfg, cluster, share, fraction, as_json) -> None:
@@ -352,7 +319,7 @@ def _share(jobs, cfg, cluster, share, fraction, as_json) -> None:
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        echo_json(out)
         return
     alone, shared, ratio = out["slurm_alone"], out["shared"], out["shared_vs_alone"]
     click.echo(f"{'metric':40} {'slurm alone':>14} {'shared':>14} {'ratio':>8}")
@@ -363,65 +330,3 @@ def _share(jobs, cfg, cluster, share, fraction, as_json) -> None:
     for k in shared:
         if k not in alone:
             click.echo(f"{k:40} {'':>14} {shared[k]:14.4g}")
-
-
-@click.group()
-def trace() -> None:
-    """Work with workload traces."""
-
-
-@trace.command()
-@click.option("--jobs", "n", type=int, default=1000, show_default=True)
-@click.option(
-    "--gpus", type=int, default=64, show_default=True, help="Cluster GPUs the load refers to."
-)
-@click.option(
-    "--load",
-    type=float,
-    default=1.05,
-    show_default=True,
-    help="Offered load (GPU demand / capacity).",
-)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--kind-model",
-    type=click.Choice(["users", "flat"]),
-    default="users",
-    show_default=True,
-    help="users: recurring users' kinds of jobs with their time limits and checkpoint "
-    "flags (sim/users.py); flat: every job drawn independently (sim/synth.py).",
-)
-@click.option(
-    "--users", "n_users", type=int, default=40, show_default=True, help="Users (kind model users)."
-)
-@click.option(
-    "--oneoff",
-    type=float,
-    default=0.1,
-    show_default=True,
-    help="Share of jobs of a kind never seen again (kind model users).",
-)
-@click.option(
-    "--checkpoint",
-    type=float,
-    default=0.5,
-    show_default=True,
-    help="Share of kinds that checkpoint (kind model users).",
-)
-@click.option("-o", "--output", type=click.Path(), default="-", show_default=True)
-def synth(n, gpus, load, seed, kind_model, n_users, oneoff, checkpoint, output):
-    """Write a seeded heavy-tailed Philly-like trace (Tiresias CSV format)."""
-    if kind_model == "flat":
-        jobs = synth_jobs(n, gpus, load, seed)
-    else:
-        try:
-            jobs = synth_user_jobs(
-                n, gpus, load, seed, users=n_users, p_oneoff=oneoff, p_checkpoint=checkpoint
-            )
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from exc
-    if output == "-":
-        write_tiresias_csv(jobs, sys.stdout)
-    else:
-        write_tiresias_csv(jobs, Path(output))
-        click.echo(f"wrote {len(jobs)} jobs to {output}", err=True)

@@ -13,48 +13,40 @@ from __future__ import annotations
 
 import errno
 import getpass
-import json
 import logging
 import sqlite3
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
-from slurm_ext.config import ConfigError, load_config
+from slurm_ext.cli.options import (
+    EXIT_CONFIG,
+    config_option,
+    json_option,
+    load_service_config,
+    open_store,
+)
+from slurm_ext.cli.output import Column, duration, echo_json, table
+from slurm_ext.model import JobState
 from slurm_ext.policy import fragmentation
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.store import Store, StoreError
 from slurm_ext.store_lock import StoreLocked, lock_store
+from slurm_ext.userview import (
+    ViewError,
+    explain_info,
+    fetch_json,
+    queue_row,
+    slurm_reason,
+    sort_rows,
+)
 
-DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
-EXIT_CONFIG = 2
 EXIT_ALREADY_RUNNING = 3
 log = logging.getLogger("slurm_ext.service")
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help=f"service.toml (default {DEFAULT_CONFIG} if it exists, else built-in defaults).",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def load_service_config(path: str | None) -> ServiceConfig:
-    """The config, or exit 2 with a message naming the file and the key."""
-    if path is None and Path(DEFAULT_CONFIG).is_file():
-        path = DEFAULT_CONFIG
-    try:
-        return load_config(ServiceConfig, path)
-    except ConfigError as exc:
-        click.echo(f"slurm-ext: config error: {exc}", err=True)
-        sys.exit(2)
 
 
 def _client(cfg: ServiceConfig):
@@ -83,14 +75,6 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
         sys.exit(1)
 
 
-def _store(cfg: ServiceConfig, readonly: bool) -> Store:
-    try:
-        return Store(cfg.store, readonly=readonly)
-    except StoreError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
-        sys.exit(1)
-
-
 @click.command()
 @config_option
 @click.option("--dry-run", is_flag=True, help="Compute and log decisions; write nothing to Slurm.")
@@ -98,8 +82,10 @@ def _store(cfg: ServiceConfig, readonly: bool) -> Store:
 def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
     from nodeagent.report import SecretFileError, read_secret
+    from slurm_ext.listen import warn_if_reports_unreachable
     from slurm_ext.metrics import ServiceMetrics, serve_http
     from slurm_ext.report_listener import SlurmJobNodes
+    from slurm_ext.userview_http import UserView
 
     cfg = load_service_config(config_path)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
@@ -109,6 +95,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             force=True,
         )
+    warn_if_reports_unreachable(cfg)
     try:
         lock = lock_store(cfg.store)
     except StoreLocked as exc:
@@ -117,7 +104,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     except StoreError as exc:
         click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
-    store = _store(cfg, readonly=False)
+    store = open_store(cfg, readonly=False)
     metrics = ServiceMetrics()
     secret = None
     if cfg.report_secret_file:
@@ -127,9 +114,10 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             click.echo(
                 f"slurm-ext: config error: {config_path}: report_secret_file: {exc}", err=True
             )
-            sys.exit(2)
-    server = None
+            sys.exit(EXIT_CONFIG)
+    server = view = None
     if cfg.port and not once:
+        view = UserView(cfg.store, cfg.user_view)  # its refresher thread starts here
         try:
             server = serve_http(
                 cfg.listen,
@@ -139,6 +127,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 lambda r: _save_reports(cfg.store, r),
                 # its own client: the HTTP workers must not share the pass's (pyslurm)
                 job_nodes=SlurmJobNodes(_client(cfg)),
+                view=view,
             )
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
@@ -149,7 +138,12 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 err=True,
             )
             sys.exit(EXIT_ALREADY_RUNNING)
-        log.info("metrics and reports on http://%s:%d", cfg.listen, server.server_address[1])
+        log.info(
+            "metrics, reports and the user view (%s) on http://%s:%d",
+            cfg.user_view,
+            cfg.listen,
+            server.server_address[1],
+        )
     service = Service(cfg, _client(cfg), store, dry_run=dry_run, metrics=metrics)
     log.info(
         "service: policy=%s mode=%s interval=%.0fs store=%s%s",
@@ -164,6 +158,8 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     finally:
         if server is not None:
             server.shutdown()
+        if view is not None:
+            view.close()
         store.close()
         lock.close()
     sys.exit(rc)
@@ -178,20 +174,79 @@ def _save_reports(path: str, reports) -> int:
         store.close()
 
 
-def _fmt_gpu_s(v: float) -> str:
-    return f"{v / 3600:.1f}h" if v >= 3600 else f"{v:.0f}s"
+QUEUE_COLUMNS = (
+    Column("RANK", "rank", right=True),
+    Column("JOBID", "job_id", right=True),
+    Column("USER", "user", width=10),
+    Column("ST", "state_code"),
+    Column("GPUS", "gpus", right=True),
+    Column("Q", "queue", right=True),
+    Column("GITTINS", "gittins", lambda v: format(v, ".3g"), right=True),
+    Column("ATTAINED", "attained_gpu_s", duration, right=True),
+    Column("WAIT", "wait_s", duration, right=True),
+    Column("TIME", "run_s", duration, right=True),
+    Column("SET", "value_set", right=True),
+    Column("SLURM_PRIO", "slurm_priority", right=True),
+    Column("REASON", "reason_shown"),
+)
+
+
+server_option = click.option(
+    "--server",
+    metavar="URL",
+    default=None,
+    help="Ask the service's read-only view at URL (http://HOST:PORT) instead of reading "
+    "its store and Slurm here: for login nodes.",
+)
+
+
+def _from_server(server: str, path: str) -> dict:
+    """The view's JSON document at `path`, or exit 1 with the server's reason (a 404 says
+    whether the job is unknown or the view is off)."""
+    try:
+        return fetch_json(server, path)
+    except ViewError as exc:
+        click.echo(f"slurm-ext: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.command()
 @config_option
 @json_option
+@server_option
 @click.option(
     "--all", "show_all", is_flag=True, help="Include jobs outside the managed partitions."
 )
-def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
+def queue(config_path: str | None, as_json: bool, server: str | None, show_all: bool) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
-    cfg = load_service_config(config_path)
-    store = _store(cfg, readonly=True)
+    if server and show_all:
+        click.echo(
+            "slurm-ext: --all needs the store and Slurm here; the server's view lists the "
+            "jobs the service ranks (its partitions)",
+            err=True,
+        )
+        sys.exit(EXIT_CONFIG)
+    if server:
+        doc = _from_server(server, "/v1/queue")
+        rows, last = doc.get("jobs", []), doc.get("last_pass")
+    else:
+        rows, last = _local_queue(load_service_config(config_path), show_all)
+    if as_json:
+        echo_json({"jobs": rows, "last_pass": last})
+        return
+    shown = [
+        {**x, "reason_shown": x["reason"] + (" (promoted)" if x["promoted"] else "")} for x in rows
+    ]
+    click.echo(table(shown, QUEUE_COLUMNS))
+    if last:
+        click.echo(
+            f"last pass {duration(time.time() - last['started_at'])} ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
+        )
+
+
+def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict | None]:
+    """Rows from the store and, for what Slurm shows now, from Slurm."""
+    store = open_store(cfg, readonly=True)
     with store.snapshot():
         decisions, records, last = store.decisions(), store.jobs(), store.last_pass()
     store.close()
@@ -206,54 +261,73 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
         managed = not cfg.partitions or j.partition in cfg.partitions
         if not managed and not show_all:
             continue
-        d, r = decisions.get(j.job_id), records.get(j.job_id)
+        started = j.start_time if j.start_time and j.state != JobState.PENDING else None
         rows.append(
-            {
-                "job_id": j.job_id,
-                "user": j.user,
-                "state": j.state.value,
-                "gpus": j.gpus,
-                "rank": d.rank if d else None,
-                "queue": d.queue if d else None,
-                "gittins": d.gittins if d else None,
-                "attained_gpu_s": round(r.attained_gpu_s(now), 1) if r else 0.0,
-                "value_set": d.value if d else None,
-                "mode": cfg.mode,
-                "slurm_priority": j.priority,
-                "reason": j.reason,
-                "promoted": bool(d and d.promoted),
-            }
+            queue_row(
+                decisions.get(j.job_id),
+                records.get(j.job_id),
+                now,
+                job_id=j.job_id,
+                user=j.user,
+                state=j.state.value,
+                state_code=j.state.code,
+                gpus=j.gpus,
+                wait_s=round((started or now) - j.submit_time, 1) if j.submit_time else None,
+                run_s=round(now - started, 1) if started else None,
+                mode=cfg.mode,
+                slurm_priority=j.priority,
+                reason=slurm_reason(j.reason),
+            )
         )
-    rows.sort(
-        key=lambda x: (x["rank"] is None, x["rank"] if x["rank"] is not None else x["job_id"])
-    )
-    if as_json:
-        click.echo(json.dumps({"jobs": rows, "last_pass": last}, indent=1))
-        return
-    click.echo(
-        f"{'RANK':>4} {'JOBID':>8} {'USER':<10} {'ST':<4} {'GPUS':>4} {'Q':>2} {'GITTINS':>9} {'ATTAINED':>9} {'SET':>9} {'SLURM_PRIO':>10} REASON"
-    )
-    for x in rows:
-        click.echo(
-            f"{'' if x['rank'] is None else x['rank']:>4} {x['job_id']:>8} {x['user'][:10]:<10} {x['state'][:4]:<4} {x['gpus']:>4} "
-            f"{'' if x['queue'] is None else x['queue']:>2} {'' if x['gittins'] is None else format(x['gittins'], '.3g'):>9} "
-            f"{_fmt_gpu_s(x['attained_gpu_s']):>9} {'' if x['value_set'] is None else x['value_set']:>9} {x['slurm_priority']:>10} "
-            f"{x['reason']}{' (promoted)' if x['promoted'] else ''}"
-        )
-    if last:
-        click.echo(
-            f"last pass {time.time() - last['started_at']:.0f}s ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
-        )
+    return sort_rows(rows), last
 
 
 @click.command()
 @config_option
 @json_option
+@server_option
 @click.argument("job_id", type=int)
-def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
+def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
-    cfg = load_service_config(config_path)
-    store = _store(cfg, readonly=True)
+    if server:
+        info = _from_server(server, f"/v1/jobs/{job_id}")
+    else:
+        info = _local_explain(load_service_config(config_path), job_id)
+    if as_json:
+        echo_json(info)
+        return
+    prio = "-" if info["slurm_priority"] is None else info["slurm_priority"]
+    click.echo(
+        f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {prio})"
+    )
+    if not info["managed"]:
+        click.echo("  not ranked: outside the service's partitions, or not seen by a pass yet")
+    if info["pinned"]:
+        click.echo("  pinned by an admin: the service never changes it")
+    if info["held"]:
+        click.echo("  held: the service does not touch held jobs")
+    rank = "-" if info["rank"] is None else info["rank"]
+    queue_ = "-" if info["queue"] is None else info["queue"]
+    click.echo(f"  rank {rank} in queue {queue_}: {info['policy_reason']}")
+    click.echo(
+        f"  attained service {duration(info['attained_gpu_s'])} GPU-time; "
+        + (
+            f"running for {duration(info['current_run_s'])}"
+            if info["current_run_s"] is not None
+            else f"last run stint {duration(info['last_run_s'])}"
+        )
+    )
+    if info.get("wait_s") is not None and info["current_run_s"] is None:
+        click.echo(f"  waiting for {duration(info['wait_s'])} since it was submitted")
+    if info["value_set"] is not None:
+        click.echo(f"  {(info['mode'] or 'value').replace('_', ' ')} set to {info['value_set']}")
+    if info["placement"]:
+        click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
+
+
+def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
+    """The explanation from the store and, for what Slurm shows now, from Slurm."""
+    store = open_store(cfg, readonly=True)
     with store.snapshot():
         d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
     store.close()
@@ -265,52 +339,30 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
     if job is None and d is None and rec is None:
         click.echo(f"slurm-ext: job {job_id} is unknown to Slurm and to the service", err=True)
         sys.exit(1)
-    now = time.time()
-    info = {
-        "job_id": job_id,
-        "slurm_state": job.state.value if job else "GONE",
-        "slurm_reason": job.reason if job else "",
-        "slurm_priority": job.priority if job else None,
-        "managed": bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
-        "pinned": pinned,
-        "held": bool(job and job.held),
-        "rank": d.rank if d else None,
-        "queue": d.queue if d else None,
-        "gittins": d.gittins if d else None,
-        "promoted": bool(d and d.promoted),
-        "policy_reason": d.reason if d else "not ranked yet (no pass since it appeared)",
-        "value_set": d.value if d else None,
-        "mode": cfg.mode,
-        "placement": list(d.placement) if d and d.placement else None,
-        "attained_gpu_s": rec.attained_gpu_s(now) if rec else 0.0,
-        "last_run_s": rec.last_run_s if rec else 0.0,
-        "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
-    }
-    if as_json:
-        click.echo(json.dumps(info, indent=1))
-        return
-    click.echo(
-        f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {info['slurm_priority']})"
+    return explain_info(
+        job_id,
+        d,
+        rec,
+        pinned,
+        time.time(),
+        slurm_state=job.state.value if job else "GONE",
+        slurm_reason=slurm_reason(job.reason) if job else "",
+        slurm_priority=job.priority if job else None,
+        managed=bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
+        held=bool(job and job.held),
+        mode=cfg.mode,
     )
-    if not info["managed"]:
-        click.echo("  not managed: its partition is outside the service's partitions")
-    if info["pinned"]:
-        click.echo("  pinned by an admin: the service never changes it")
-    if info["held"]:
-        click.echo("  held: the service does not touch held jobs")
-    click.echo(f"  rank {info['rank']} in queue {info['queue']}: {info['policy_reason']}")
-    click.echo(
-        f"  attained service {_fmt_gpu_s(info['attained_gpu_s'])} GPU-time; "
-        + (
-            f"running for {info['current_run_s']:.0f}s"
-            if info["current_run_s"] is not None
-            else f"last run stint {info['last_run_s']:.0f}s"
-        )
-    )
-    if info["value_set"] is not None:
-        click.echo(f"  {cfg.mode.replace('_', ' ')} set to {info['value_set']}")
-    if info["placement"]:
-        click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
+
+
+NODE_COLUMNS = (
+    Column("NODE", "node"),
+    Column("STATE", "state", width=14),
+    Column("GPUS", "gpus", right=True),
+    Column("USED", "gpus_used", right=True),
+    Column("FREE", "gpus_free", right=True),
+    Column("CPUS", "cpus", right=True),
+    Column("USED", "cpus_used", right=True),
+)
 
 
 @click.command()
@@ -339,15 +391,9 @@ def nodes(config_path: str | None, as_json: bool) -> None:
         for n in sorted(ns, key=lambda n: n.name)
     ]
     if as_json:
-        click.echo(json.dumps({"nodes": rows, "fragmentation": frag}, indent=1))
+        echo_json({"nodes": rows, "fragmentation": frag})
         return
-    click.echo(
-        f"{'NODE':<12} {'STATE':<14} {'GPUS':>4} {'USED':>4} {'FREE':>4} {'CPUS':>5} {'USED':>5}"
-    )
-    for r in rows:
-        click.echo(
-            f"{r['node']:<12} {r['state'][:14]:<14} {r['gpus']:>4} {r['gpus_used']:>4} {r['gpus_free']:>4} {r['cpus']:>5} {r['cpus_used']:>5}"
-        )
+    click.echo(table(rows, NODE_COLUMNS))
     total_free = sum(r["gpus_free"] for r in rows)
     click.echo(
         f"free GPUs {total_free}; fragmentation {frag:.2f} (share of free GPUs on partly used nodes)"

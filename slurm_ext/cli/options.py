@@ -1,0 +1,182 @@
+"""Options more than one command declares, defined once, and the loaders behind them.
+
+The service's commands (serve, queue, explain, nodes, pin, unpin, energy) share
+`--config` (service.toml) and `--json`; `simulate` and `replay` share the trace, the
+policy file and the job draws (`--preemptible-fraction`, `--checkpoint-interval`,
+`--seed`) and the cluster shape. A loader turns a bad file into a clear error naming it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from slurm_ext.config import ConfigError, load_config
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.service import ServiceConfig
+from slurm_ext.sim.traces import FORMATS, Trace, TraceError, read_trace
+from slurm_ext.store import Store, StoreError
+
+DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
+EXIT_CONFIG = 2
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"service.toml (default {DEFAULT_CONFIG} if it exists, else built-in defaults).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def load_service_config(path: str | None) -> ServiceConfig:
+    """The config, or exit 2 with a message naming the file and the key."""
+    if path is None and Path(DEFAULT_CONFIG).is_file():
+        path = DEFAULT_CONFIG
+    try:
+        return load_config(ServiceConfig, path)
+    except ConfigError as exc:
+        click.echo(f"slurm-ext: config error: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+def open_store(cfg: ServiceConfig, readonly: bool) -> Store:
+    """The service's store, or exit 1 saying why it cannot be opened."""
+    try:
+        return Store(cfg.store, readonly=readonly)
+    except StoreError as exc:
+        click.echo(f"slurm-ext: {exc}", err=True)
+        sys.exit(1)
+
+
+# ---- simulate and replay -----------------------------------------------------------------
+def trace_options(func: F) -> F:
+    """--trace, --format, --skip-bad: the trace a command replays (read by `load_trace`)."""
+    for option in reversed(
+        (
+            click.option(
+                "--trace",
+                "trace_path",
+                required=True,
+                type=click.Path(exists=True),
+                help="Trace file (PAI: the job table or its directory).",
+            ),
+            click.option(
+                "--format", "fmt", type=click.Choice(FORMATS), default="tiresias", show_default=True
+            ),
+            click.option(
+                "--skip-bad", is_flag=True, help="Skip and count bad rows instead of stopping."
+            ),
+        )
+    ):
+        func = option(func)
+    return func
+
+
+def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
+    """The trace's jobs, or a clear error; skipped rows are counted on stderr."""
+    try:
+        trace = read_trace(path, fmt, skip_bad=skip_bad)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not trace.jobs:
+        raise click.ClickException(f"{path}: no usable jobs")
+    if trace.skipped:
+        click.echo(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}", err=True)
+    return trace
+
+
+def policy_config_option(help: str) -> Callable[[F], F]:
+    """--config: a TOML file of PolicyConfig keys (read by `load_policy`)."""
+    return click.option("--config", "config_path", type=click.Path(), default=None, help=help)
+
+
+def load_policy(path: str | None) -> PolicyConfig:
+    try:
+        return load_config(PolicyConfig, path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def shape_options(nodes: int, gpus_per_node: int) -> Callable[[F], F]:
+    """--nodes, --gpus-per-node: the cluster's shape."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--gpus-per-node", type=click.IntRange(min=1), default=gpus_per_node, show_default=True
+        )(func)
+        return click.option(
+            "--nodes", type=click.IntRange(min=1), default=nodes, show_default=True
+        )(func)
+
+    return decorate
+
+
+def preemptible_fraction_option(default: float | None, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--preemptible-fraction",
+        type=click.FloatRange(0.0, 1.0),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def checkpoint_interval_option(default: float, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--checkpoint-interval",
+        type=click.FloatRange(min=0),
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
+
+def seed_option(help: str) -> Callable[[F], F]:
+    return click.option("--seed", type=int, default=0, show_default=True, help=help)
+
+
+def backfill_options(func: F) -> F:
+    """--bf-window, --bf-interval, --bf-max-job-test, --bf-resolution: sched/backfill's
+    settings, in seconds where Slurm's are in minutes."""
+    for option in reversed(
+        (
+            click.option(
+                "--bf-window",
+                type=click.FloatRange(min=0, min_open=True),
+                default=86400.0,
+                show_default=True,
+                help="Seconds ahead backfill reserves for (Slurm's bf_window, which is in minutes).",
+            ),
+            click.option(
+                "--bf-interval",
+                type=click.FloatRange(min=0, min_open=True),
+                default=30.0,
+                show_default=True,
+                help="Seconds between backfill passes (bf_interval).",
+            ),
+            click.option(
+                "--bf-max-job-test",
+                type=click.IntRange(min=1),
+                default=500,
+                show_default=True,
+                help="Pending jobs one backfill pass looks at (bf_max_job_test).",
+            ),
+            click.option(
+                "--bf-resolution",
+                type=click.FloatRange(min=0, min_open=True),
+                default=60.0,
+                show_default=True,
+                help="Seconds reservation times are rounded to (bf_resolution).",
+            ),
+        )
+    ):
+        func = option(func)
+    return func

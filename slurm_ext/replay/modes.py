@@ -1,0 +1,108 @@
+"""One replay mode end to end: a cluster (fresh or given), the service if the mode has one,
+the trace submitted and followed, its summary row; everything started is stopped."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.replay import service, target
+from slurm_ext.replay.metrics import summarize
+from slurm_ext.replay.plan import limit_fidelity, plan
+from slurm_ext.replay.run import Replay
+from slurm_ext.replay.slurmconf import replay_conf
+
+
+def save_records(path: Path, records: dict, submitted: dict) -> None:
+    """Per trace job: Slurm's id, final state, runs (epoch start, end), requeues."""
+    out = {
+        str(job.trace.job_id): {
+            "slurm_id": sid,
+            "state": records[sid].state if sid in records else "UNKNOWN",
+            "runs": records[sid].runs if sid in records else [],
+            "requeues": records[sid].requeues if sid in records else 0,
+            "limit_min": job.limit_min,
+            "work_wall_s": job.work_wall_s,
+        }
+        for sid, job in submitted.items()
+    }
+    path.write_text(json.dumps(out, indent=1))
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def replay_mode(
+    jobs,
+    mode: str,
+    workdir: Path,
+    speedup: float,
+    checkpoint_interval: float,
+    preemptible_fraction: float,
+    seed: int,
+    nodes: int,
+    gpus_per_node: int,
+    slurm_conf: str | None = None,
+    partition: str | None = None,
+    accounting: bool = True,
+    stop_event=None,
+    policy: PolicyConfig | None = None,
+) -> dict[str, float]:
+    """One mode on a fresh local cluster (or the given partition); its summary row."""
+    label = f"[{mode}] "
+    tgt = target.existing(slurm_conf, partition or "") if slurm_conf else None
+    if tgt is not None and mode != "slurm":
+        others = target.foreign_jobs(tgt)
+        if others:  # the service writes the priority of every job in its partition
+            raise target.TargetError(
+                f"mode {mode} needs partition {tgt.partition!r} to itself: it holds "
+                f"{len(others)} other job(s) (e.g. {others[0]}) whose priority the service "
+                "would change"
+            )
+    shape = (tgt.nodes, tgt.gpus_per_node) if tgt else (nodes, gpus_per_node)
+    planned = plan(jobs, speedup, *shape, mode, preemptible_fraction, seed)
+    if (workdir / "jobs").exists():  # old checkpoints, state and records would mix in
+        raise target.TargetError(f"{workdir} already holds a replay; give a fresh --workdir")
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = None
+    replay = None
+    try:
+        if tgt is None:
+            conf = replay_conf(speedup, max(j.limit_min for j in planned))
+            _say(
+                f"{label}starting a local cluster ({nodes} x {gpus_per_node} GPUs) in {workdir}/cluster"
+            )
+            tgt = target.local(workdir / "cluster", nodes, gpus_per_node, conf, accounting)
+        if mode != "slurm":
+            cfg = service.write_config(
+                workdir / "service.toml",
+                tgt.env["SLURM_CONF"],
+                tgt.partition,
+                speedup,
+                preemption=mode == "service-requeue",
+                policy=policy,
+                checkpoint_interval_s=checkpoint_interval,
+            )
+            proc = service.start(cfg, workdir / "service.log")
+            _say(f"{label}service started (pid {proc.pid}, log {workdir}/service.log)")
+        replay = Replay(tgt, planned, workdir / "jobs", checkpoint_interval / speedup, label, _say)
+        if stop_event is not None:
+            replay.stop_event = stop_event
+        records, _ = replay.run()
+        save_records(workdir / "records.json", records, replay.submitted)
+        row = summarize(records.values(), tgt.total_gpus, speedup)
+        row["mode"] = mode  # type: ignore[assignment]
+        row["speedup"] = speedup
+        row["limit_stretch"] = limit_fidelity(planned, speedup)
+        row["accounting"] = tgt.accounting  # type: ignore[assignment]
+        return row
+    finally:
+        if replay is not None and replay.submitted and tgt is not None and tgt.cluster is None:
+            _say(f"{label}cancelled the {len(replay.submitted)} jobs this replay submitted")
+        service.stop(proc)
+        if tgt is not None and tgt.cluster is not None:
+            tgt.stop()
+            _say(f"{label}stopped the local cluster's daemons")
