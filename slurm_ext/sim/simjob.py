@@ -81,6 +81,12 @@ class SimConfig:
     preemptible_fraction: float | None = None
     seed: int = 0
 
+    @property
+    def requeue_restart_s(self) -> float:
+        """What a requeue delays a job by before it runs again: the restart overhead plus
+        Slurm's hold (the requeue cost counts both, in the service and the simulator)."""
+        return self.restart_overhead_s + self.requeue_delay_s
+
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ValueError(
