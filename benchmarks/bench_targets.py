@@ -211,7 +211,7 @@ def main() -> None:
         extra = {}
         if "all" in r and "srtf" in r:
             extra["all/srtf"] = get["all"]["avg"] / get["srtf"]["avg"]
-        for c in ("np", "half", "all"):
+        for c in ("fs", "np", "half", "all"):
             if c in get:
                 extra[f"wide_{c}"] = get[c]["wide"] / base["wide"]
         bu = get["fs"]["users"]

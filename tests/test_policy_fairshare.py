@@ -91,7 +91,7 @@ def test_composed_gittins_key_and_guard():
     assert key_and_change(*args, fair_share=0.5)[0][2] == -5000.0
     assert index_site_factor(1 / 60) == 1.0 and index_site_factor(1e-12) == 0.0
     assert index_site_factor(1 / 6000) == pytest.approx(1 - 2 / 6)
-    guarded = replace(cfg, wait_guard_factor=1.0)
+    guarded = replace(cfg, wait_guard_factor=1.0, fairshare_guard="promote")
     from slurm_ext.policy.gittins import GittinsTable
 
     table = GittinsTable.from_samples([100.0] * 50, 60.0, 4)
@@ -125,6 +125,10 @@ def test_fairshare_lets_a_light_user_past_a_heavy_users_backlog():
     # FIFO: behind the 10 heavy jobs still queued; fair-share: the next free node
     assert wait("fifo") >= 4 * 3600
     assert wait("fairshare") <= 3600
+    # the ranking composed as a site would (a bounded SiteFactor, the guard inside it)
+    composed = PolicyConfig(fairshare_site_weight=1000.0, fairshare_guard="site")
+    jobs = Simulator(trace, composed, cl).run()
+    assert jobs[-1].first_start - light.submit_time <= 3600
 
 
 def test_flooder_is_added_in_bursts_mid_trace():
