@@ -15,9 +15,12 @@ short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
   all        gittins, preemptive, every job preemptible, checkpoint every 15 min
   srtf       the SRTF oracle, every job preemptible, checkpoint every 15 min
 and prints avg JCT / Slurm alone's for each, all / srtf, the p99 JCT of the widest 5%
-of jobs relative to Slurm alone's (np, half, all), the worst user's avg JCT relative to
-that user's under Slurm alone with fair-share (fs; np, half, all, and slurm itself;
-users with >= 10 jobs), the avg JCT of the flooder's jobs and of everyone else's
+of jobs relative to Slurm alone's (fs, np, half, all), the per-user avg JCT relative
+to that user's under Slurm alone with fair-share (fs; np, half, all, and slurm
+itself; users with >= --min-jobs jobs, default 10; the same jobs, all finished, in
+every run): median (med_*), p90 (p90_*), worst (user_*) and share above 1.2x
+(over_*); `--only fs2` adds fair-share Slurm with a 4-minute calc period, the per-user
+ratio's noise floor; the avg JCT of the flooder's jobs and of everyone else's
 relative to fs (with --flood), the
 most preemptions of one job (all), and with --frag the mean wait to first start of 4-
 and 8-GPU jobs and the GPUs idle for fragmentation (slurm, np; `Measured`).
@@ -30,6 +33,7 @@ any node set, the largest free nodes first and the last one best fit).
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --flood 600 --only np
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --frag --only np --placement spread
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --only np --model flat
+    .venv/bin/python benchmarks/bench_targets.py --seeds 1-12 --only fs2,np --min-jobs 20
 --model flat runs `sim.synth` traces (jobs drawn independently, limits from
 `fill_time_limits`) instead of recurring users, to check a rule on another shape.
 """

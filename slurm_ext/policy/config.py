@@ -88,10 +88,11 @@ class PolicyConfig:
         as a site would: key = Slurm's multifactor priority (the fairshare_* weights,
         the user's factor from the shell's ledger) + this x the index mapped to [0, 1]
         (`fairshare.index_site_factor`), the SiteFactor term. 0: off (the index alone).
-        fairshare_guard: what the wait guard does under it: "site" (default) gives a
+        W is how many priority points the ranking may move a job (policy/compose.py).
+    fairshare_guard: what the wait guard does under it: "site" (default) gives a
         guarded job the top SiteFactor (W x 1), which fair-share can still outweigh,
-        as it is in Slurm; "promote" lifts it above every other job (fair-share
-        bypassed; how the composition was modelled before, policy/compose.py).
+        as in Slurm; "promote" lifts it above every other job (fair-share bypassed;
+        how the composition was modelled before).
     """
 
     policy: str = choices(*POLICIES, default="gittins")
