@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # prometheus: only for promtool (tests/test_promtool.py checks both exporters' output with
 # `promtool check metrics`); Debian ships promtool in no smaller package (19 MB download,
 # 96 MB installed, ~12 s here). The server it brings is not wanted: stopped and disabled below.
-PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3 slurmdbd mariadb-server prometheus"
+# chromium: the user view's page is tested in headless Chromium (tests/test_userview_live.py)
+PKGS="slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins lua5.1 lua5.3 slurmdbd mariadb-server prometheus chromium"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from nodeagent.report import JobReport
 from slurm_ext.model import Decision
 from slurm_ext.report_listener import JobNodes, ListenerLimits, ReportListener
+from slurm_ext.reports import JobReport
 
 
 class ServiceMetrics:
@@ -88,7 +88,9 @@ def serve_http(
     on_reports: Callable[[list[JobReport]], int],
     job_nodes: JobNodes | None = None,
     limits: ListenerLimits | None = None,
+    view=None,
 ) -> ReportListener:
     """Start the listener on its own thread; returns it (call .shutdown()).
-    `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs."""
-    return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits)
+    `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs.
+    `view`: the read-only user view (slurm_ext.userview_http.UserView), or None."""
+    return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits, view=view)

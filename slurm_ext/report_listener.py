@@ -1,4 +1,5 @@
-"""The service's one HTTP listener: `GET /metrics` and signed `POST /v1/reports`.
+"""The service's one HTTP listener: `GET /metrics`, signed `POST /v1/reports`, and the
+read-only user view (`GET /`, `/v1/queue`, `/v1/jobs/ID`: slurm_ext/userview_http.py).
 
 Anyone who can reach the port is hostile until the signature says otherwise, so every
 cost a client can cause is bounded before the body is read: one event-loop thread holds
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nodeagent.report import (
+from slurm_ext.model import JobState
+from slurm_ext.reports import (
     NODE_HEADER,
     REPORTS_PATH,
     SIGNATURE_HEADER,
@@ -35,7 +37,6 @@ from nodeagent.report import (
     signature_shape_ok,
     verify,
 )
-from slurm_ext.model import JobState
 
 log = logging.getLogger("slurm_ext.service")
 
@@ -72,6 +73,7 @@ class Outcome:
     code: int
     body: bytes
     ctype: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers
 
 
 class ReportListener:
@@ -87,13 +89,16 @@ class ReportListener:
         job_nodes: JobNodes | None = None,
         limits: ListenerLimits | None = None,
         wall: Callable[[], float] = time.time,
+        view=None,
     ) -> None:
+        """`view`: the user view (userview_http.UserView), or None for no view."""
         self.metrics = metrics
         self.secret = secret
         self.on_reports = on_reports
         self.job_nodes = job_nodes
         self.limits = limits or ListenerLimits()
         self.wall = wall
+        self.view = view
         self.open_connections = 0
         self._large = 0
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -155,6 +160,9 @@ class ReportListener:
             if method == "GET" and path == "/metrics":
                 text = await self._in_pool(generate_latest, self.metrics.registry)
                 await self._send(writer, Outcome(200, text, CONTENT_TYPE_LATEST))
+                return
+            if self.view is not None and (answer := await self.view.answer(method, path)):
+                await self._send(writer, answer)
                 return
             if method != "POST" or path != REPORTS_PATH:
                 await self._send(writer, Outcome(404, b"not found\n"))
@@ -221,13 +229,27 @@ class ReportListener:
         head = (
             f"HTTP/1.1 {out.code} {_REASONS.get(out.code, 'Error')}\r\n"
             f"Content-Type: {out.ctype}\r\nContent-Length: {len(out.body)}\r\n"
-            "Connection: close\r\n\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in out.headers)
+            + "Connection: close\r\n\r\n"
         ).encode()
-        writer.write(head + out.body)
+        # a client that never reads cannot hold us: the whole answer must be taken within
+        # header_timeout_s (body_timeout_s for a large one), and a large answer (the user
+        # view's queue) goes out in chunks, so each connection buffers at most one chunk
+        # of the shared bytes rather than a copy of all of them
+        large = len(out.body) > self.limits.small_body
+        body = memoryview(out.body)
         try:
-            async with asyncio.timeout(self.limits.header_timeout_s):
-                await writer.drain()  # a client that never reads cannot hold us
-        except (TimeoutError, ConnectionError):
+            async with asyncio.timeout(
+                self.limits.body_timeout_s if large else self.limits.header_timeout_s
+            ):
+                writer.write(head)
+                for at in range(0, len(body), self.limits.small_body):
+                    writer.write(body[at : at + self.limits.small_body])
+                    await writer.drain()
+                await writer.drain()
+        except TimeoutError:  # drop what is still buffered: close() would wait to send it
+            writer.transport.abort()
+        except ConnectionError:
             pass
         writer.close()
 
@@ -329,9 +351,11 @@ _REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
+    405: "Method Not Allowed",
     408: "Request Timeout",
     411: "Length Required",
     413: "Payload Too Large",
+    429: "Too Many Requests",
     503: "Service Unavailable",
 }
 

@@ -17,12 +17,14 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from nodeagent.report import JobReport
-from slurm_ext.attained import Stint
+from slurm_ext.attained import Attained, Stint
+from slurm_ext.model import Node
 from slurm_ext.policy.kinds import Completed
+from slurm_ext.reports import JobReport
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
 MIGRATIONS: list[str] = [
@@ -104,6 +106,20 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN open_gpu_s REAL NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN seg_start REAL;
     """,
+    # 5: what the read-only user view (slurm_ext/userview*) shows without asking Slurm:
+    # the history group each index came from, Slurm's pending reason, the nodes' GPUs
+    """
+    ALTER TABLE decisions ADD COLUMN group_label TEXT NOT NULL DEFAULT '';
+    ALTER TABLE decisions ADD COLUMN group_samples INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE decisions ADD COLUMN slurm_reason TEXT NOT NULL DEFAULT '';
+    CREATE TABLE node_gpus (
+        name TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        gpus_alloc INTEGER NOT NULL,
+        gpu_type TEXT
+    );
+    """,
 ]
 # a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
 # (user, name, account, time_limit_s)
@@ -149,10 +165,43 @@ class JobRecord:
         seg = self.run_start if self.seg_start is None else self.seg_start
         return Stint(self.run_start, self.gpus, seg, self.open_gpu_s)
 
+    @property
+    def attained(self) -> Attained:
+        """The job's attained service, as the columns persist it."""
+        return Attained(
+            self.closed_gpu_s,
+            self.closed_run_s,
+            self.last_run_s,
+            self.stint,
+            self.promoted_at_gpu_s,
+        )
+
+    def with_attained(self, a: Attained, **changes: Any) -> JobRecord:
+        """This record holding `a`, with other `changes` (its stint's GPU count is the
+        record's `gpus`, which the caller keeps equal)."""
+        s = a.stint
+        return replace(
+            self,
+            closed_gpu_s=a.closed_gpu_s,
+            closed_run_s=a.closed_run_s,
+            last_run_s=a.last_run_s,
+            run_start=s.start if s is not None else None,
+            promoted_at_gpu_s=a.promoted_at_gpu_s,
+            open_gpu_s=s.earlier_gpu_s if s is not None else 0.0,
+            seg_start=s.seg_start if s is not None and s.seg_start != s.start else None,
+            **changes,
+        )
+
+    def seen(self, now: float) -> JobRecord:
+        """This record, seen again at `now` with nothing else changed (every pass, for
+        nearly every job)."""
+        return _copy_with(self, last_seen=now)
+
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
-        stint = self.stint
-        return self.closed_gpu_s + (stint.gpu_s(now) if stint else 0.0)
+        if self.run_start is None:
+            return self.closed_gpu_s
+        return self.attained.gpu_s(now)
 
     def executed_s(self, now: float) -> float:
         current = max(0.0, now - self.run_start) if self.run_start else 0.0
@@ -171,6 +220,24 @@ class DecisionRecord:
     mode: str
     placement: tuple[str, ...] | None
     decided_at: float
+    group: str = ""  # the history group the Gittins index came from ("" if none)
+    group_samples: int = 0  # completed jobs in that group
+    slurm_reason: str = ""  # Slurm's reason for the job's state at that pass
+
+    def reranked(self, rank: int) -> DecisionRecord:
+        """The same decision at another position in the order (most waiting jobs move
+        every pass as running jobs pass them)."""
+        return _copy_with(self, rank=rank)
+
+
+def _copy_with(rec: Any, **changes: Any) -> Any:
+    """A copy of a frozen record with `changes`, made by copying its fields rather than
+    running its dataclass __init__ (which has no checks to skip): a pass does this for
+    nearly every one of 55,000 jobs, and `dataclasses.replace` is ten times slower."""
+    new = object.__new__(type(rec))
+    new.__dict__.update(rec.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 STORE_MODE = 0o640  # owner and group: SQLite gives its -wal and -shm files the same mode
@@ -348,11 +415,24 @@ class Store:
             r["job_id"]: _decision_record(r) for r in self.db.execute("SELECT * FROM decisions")
         }
 
-    def save_decisions(self, records: Iterable[DecisionRecord], drop: Iterable[int] = ()) -> None:
+    def save_decisions(
+        self,
+        records: Iterable[DecisionRecord],
+        drop: Iterable[int] = (),
+        moved: Iterable[DecisionRecord] = (),
+    ) -> None:
+        """Upsert `records`, delete the decisions of `drop`, and give the (stored)
+        decisions of `moved` their new rank, atomically."""
         with self.db:
             self.db.executemany("DELETE FROM decisions WHERE job_id = ?", [(j,) for j in drop])
             self.db.executemany(
-                "INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "UPDATE decisions SET rank = ? WHERE job_id = ?",
+                [(d.rank, d.job_id) for d in moved],
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO decisions (job_id, rank, queue, gittins, promoted,"
+                " reason, value, mode, placement, decided_at, group_label, group_samples,"
+                " slurm_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         d.job_id,
@@ -365,9 +445,31 @@ class Store:
                         d.mode,
                         json.dumps(list(d.placement)) if d.placement is not None else None,
                         d.decided_at,
+                        d.group,
+                        d.group_samples,
+                        d.slurm_reason,
                     )
                     for d in records
                 ],
+            )
+
+    # ---- nodes (for the user view) ---------------------------------------------------
+    def nodes(self) -> list[Node]:
+        """The nodes' GPUs as the last pass saw them (what `save_nodes` wrote)."""
+        return [
+            Node(name=r[0], state=r[1], gpus=r[2], gpus_alloc=r[3], gpu_type=r[4])
+            for r in self.db.execute(
+                "SELECT name, state, gpus, gpus_alloc, gpu_type FROM node_gpus ORDER BY name"
+            )
+        ]
+
+    def save_nodes(self, nodes: Iterable[Node]) -> None:
+        """Replace the saved node GPU states (the service calls it only when they changed)."""
+        with self.db:
+            self.db.execute("DELETE FROM node_gpus")
+            self.db.executemany(
+                "INSERT INTO node_gpus VALUES (?, ?, ?, ?, ?)",
+                [(n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type) for n in nodes],
             )
 
     # ---- pins ------------------------------------------------------------------------
@@ -470,4 +572,5 @@ def _decision_record(r: sqlite3.Row) -> DecisionRecord:
     d = dict(r)
     d["promoted"] = bool(d["promoted"])
     d["placement"] = tuple(json.loads(d["placement"])) if d["placement"] else None
+    d["group"] = d.pop("group_label")
     return DecisionRecord(**d)

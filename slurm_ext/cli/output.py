@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from slurm_ext.durations import duration  # noqa: F401 (the commands import it from here)
+
 
 @dataclass(frozen=True)
 class Column:
@@ -55,18 +57,3 @@ def echo_fields(row: Mapping[str, Any]) -> None:
     """A result as `key: value` lines, floats to three decimals."""
     for k, v in row.items():
         click.echo(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
-
-
-def duration(seconds: float) -> str:
-    """Seconds as the largest two units: 45s, 3m05s, 1h02m, 2d04h (negative: 0s)."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    m, s = divmod(s, 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"

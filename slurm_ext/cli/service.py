@@ -36,6 +36,14 @@ from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.store import Store, StoreError
 from slurm_ext.store_lock import StoreLocked, lock_store
+from slurm_ext.userview import (
+    ViewError,
+    explain_info,
+    fetch_json,
+    queue_row,
+    slurm_reason,
+    sort_rows,
+)
 
 EXIT_ALREADY_RUNNING = 3
 log = logging.getLogger("slurm_ext.service")
@@ -73,10 +81,11 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
 @click.option("--once", is_flag=True, help="Run one pass and exit (status 1 if Slurm failed).")
 def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
-    from nodeagent.report import SecretFileError, read_secret
     from slurm_ext.listen import warn_if_reports_unreachable
     from slurm_ext.metrics import ServiceMetrics, serve_http
     from slurm_ext.report_listener import SlurmJobNodes
+    from slurm_ext.reports import SecretFileError, read_secret
+    from slurm_ext.userview_http import UserView
 
     cfg = load_service_config(config_path)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
@@ -106,8 +115,9 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 f"slurm-ext: config error: {config_path}: report_secret_file: {exc}", err=True
             )
             sys.exit(EXIT_CONFIG)
-    server = None
+    server = view = None
     if cfg.port and not once:
+        view = UserView(cfg.store, cfg.user_view)  # its refresher thread starts here
         try:
             server = serve_http(
                 cfg.listen,
@@ -117,6 +127,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 lambda r: _save_reports(cfg.store, r),
                 # its own client: the HTTP workers must not share the pass's (pyslurm)
                 job_nodes=SlurmJobNodes(_client(cfg)),
+                view=view,
             )
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
@@ -127,7 +138,12 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
                 err=True,
             )
             sys.exit(EXIT_ALREADY_RUNNING)
-        log.info("metrics and reports on http://%s:%d", cfg.listen, server.server_address[1])
+        log.info(
+            "metrics, reports and the user view (%s) on http://%s:%d",
+            cfg.user_view,
+            cfg.listen,
+            server.server_address[1],
+        )
     service = Service(cfg, _client(cfg), store, dry_run=dry_run, metrics=metrics)
     log.info(
         "service: policy=%s mode=%s interval=%.0fs store=%s%s",
@@ -142,6 +158,8 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     finally:
         if server is not None:
             server.shutdown()
+        if view is not None:
+            view.close()
         store.close()
         lock.close()
     sys.exit(rc)
@@ -154,11 +172,6 @@ def _save_reports(path: str, reports) -> int:
         return store.add_reports(reports)
     finally:
         store.close()
-
-
-def slurm_reason(reason: str) -> str:
-    """Slurm's pending reason; "" where Slurm says "None" (a running job)."""
-    return "" if reason == "None" else reason
 
 
 QUEUE_COLUMNS = (
@@ -178,15 +191,61 @@ QUEUE_COLUMNS = (
 )
 
 
+server_option = click.option(
+    "--server",
+    metavar="URL",
+    default=None,
+    help="Ask the service's read-only view at URL (http://HOST:PORT) instead of reading "
+    "its store and Slurm here: for login nodes.",
+)
+
+
+def _from_server(server: str, path: str) -> dict:
+    """The view's JSON document at `path`, or exit 1 with the server's reason (a 404 says
+    whether the job is unknown or the view is off)."""
+    try:
+        return fetch_json(server, path)
+    except ViewError as exc:
+        click.echo(f"slurm-ext: {exc}", err=True)
+        sys.exit(1)
+
+
 @click.command()
 @config_option
 @json_option
+@server_option
 @click.option(
     "--all", "show_all", is_flag=True, help="Include jobs outside the managed partitions."
 )
-def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
+def queue(config_path: str | None, as_json: bool, server: str | None, show_all: bool) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
-    cfg = load_service_config(config_path)
+    if server and show_all:
+        click.echo(
+            "slurm-ext: --all needs the store and Slurm here; the server's view lists the "
+            "jobs the service ranks (its partitions)",
+            err=True,
+        )
+        sys.exit(EXIT_CONFIG)
+    if server:
+        doc = _from_server(server, "/v1/queue")
+        rows, last = doc.get("jobs", []), doc.get("last_pass")
+    else:
+        rows, last = _local_queue(load_service_config(config_path), show_all)
+    if as_json:
+        echo_json({"jobs": rows, "last_pass": last})
+        return
+    shown = [
+        {**x, "reason_shown": x["reason"] + (" (promoted)" if x["promoted"] else "")} for x in rows
+    ]
+    click.echo(table(shown, QUEUE_COLUMNS))
+    if last:
+        click.echo(
+            f"last pass {duration(time.time() - last['started_at'])} ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
+        )
+
+
+def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict | None]:
+    """Rows from the store and, for what Slurm shows now, from Slurm."""
     store = open_store(cfg, readonly=True)
     with store.snapshot():
         decisions, records, last = store.decisions(), store.jobs(), store.last_pass()
@@ -202,51 +261,72 @@ def queue(config_path: str | None, as_json: bool, show_all: bool) -> None:
         managed = not cfg.partitions or j.partition in cfg.partitions
         if not managed and not show_all:
             continue
-        d, r = decisions.get(j.job_id), records.get(j.job_id)
         started = j.start_time if j.start_time and j.state != JobState.PENDING else None
         rows.append(
-            {
-                "job_id": j.job_id,
-                "user": j.user,
-                "state": j.state.value,
-                "state_code": j.state.code,
-                "gpus": j.gpus,
-                "rank": d.rank if d else None,
-                "queue": d.queue if d else None,
-                "gittins": d.gittins if d else None,
-                "attained_gpu_s": round(r.attained_gpu_s(now), 1) if r else 0.0,
-                "wait_s": round((started or now) - j.submit_time, 1) if j.submit_time else None,
-                "run_s": round(now - started, 1) if started else None,
-                "value_set": d.value if d else None,
-                "mode": cfg.mode,
-                "slurm_priority": j.priority,
-                "reason": slurm_reason(j.reason),
-                "promoted": bool(d and d.promoted),
-            }
+            queue_row(
+                decisions.get(j.job_id),
+                records.get(j.job_id),
+                now,
+                job_id=j.job_id,
+                user=j.user,
+                state=j.state.value,
+                state_code=j.state.code,
+                gpus=j.gpus,
+                wait_s=round((started or now) - j.submit_time, 1) if j.submit_time else None,
+                run_s=round(now - started, 1) if started else None,
+                mode=cfg.mode,
+                slurm_priority=j.priority,
+                reason=slurm_reason(j.reason),
+            )
         )
-    rows.sort(
-        key=lambda x: (x["rank"] is None, x["rank"] if x["rank"] is not None else x["job_id"])
-    )
-    if as_json:
-        echo_json({"jobs": rows, "last_pass": last})
-        return
-    shown = [
-        {**x, "reason_shown": x["reason"] + (" (promoted)" if x["promoted"] else "")} for x in rows
-    ]
-    click.echo(table(shown, QUEUE_COLUMNS))
-    if last:
-        click.echo(
-            f"last pass {duration(time.time() - last['started_at'])} ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
-        )
+    return sort_rows(rows), last
 
 
 @click.command()
 @config_option
 @json_option
+@server_option
 @click.argument("job_id", type=int)
-def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
+def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
-    cfg = load_service_config(config_path)
+    if server:
+        info = _from_server(server, f"/v1/jobs/{job_id}")
+    else:
+        info = _local_explain(load_service_config(config_path), job_id)
+    if as_json:
+        echo_json(info)
+        return
+    prio = "-" if info["slurm_priority"] is None else info["slurm_priority"]
+    click.echo(
+        f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {prio})"
+    )
+    if not info["managed"]:
+        click.echo("  not ranked: outside the service's partitions, or not seen by a pass yet")
+    if info["pinned"]:
+        click.echo("  pinned by an admin: the service never changes it")
+    if info["held"]:
+        click.echo("  held: the service does not touch held jobs")
+    rank = "-" if info["rank"] is None else info["rank"]
+    queue_ = "-" if info["queue"] is None else info["queue"]
+    click.echo(f"  rank {rank} in queue {queue_}: {info['policy_reason']}")
+    click.echo(
+        f"  attained service {duration(info['attained_gpu_s'])} GPU-time; "
+        + (
+            f"running for {duration(info['current_run_s'])}"
+            if info["current_run_s"] is not None
+            else f"last run stint {duration(info['last_run_s'])}"
+        )
+    )
+    if info.get("wait_s") is not None and info["current_run_s"] is None:
+        click.echo(f"  waiting for {duration(info['wait_s'])} since it was submitted")
+    if info["value_set"] is not None:
+        click.echo(f"  {(info['mode'] or 'value').replace('_', ' ')} set to {info['value_set']}")
+    if info["placement"]:
+        click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
+
+
+def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
+    """The explanation from the store and, for what Slurm shows now, from Slurm."""
     store = open_store(cfg, readonly=True)
     with store.snapshot():
         d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
@@ -259,52 +339,19 @@ def explain(config_path: str | None, as_json: bool, job_id: int) -> None:
     if job is None and d is None and rec is None:
         click.echo(f"slurm-ext: job {job_id} is unknown to Slurm and to the service", err=True)
         sys.exit(1)
-    now = time.time()
-    info = {
-        "job_id": job_id,
-        "slurm_state": job.state.value if job else "GONE",
-        "slurm_reason": slurm_reason(job.reason) if job else "",
-        "slurm_priority": job.priority if job else None,
-        "managed": bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
-        "pinned": pinned,
-        "held": bool(job and job.held),
-        "rank": d.rank if d else None,
-        "queue": d.queue if d else None,
-        "gittins": d.gittins if d else None,
-        "promoted": bool(d and d.promoted),
-        "policy_reason": d.reason if d else "not ranked yet (no pass since it appeared)",
-        "value_set": d.value if d else None,
-        "mode": cfg.mode,
-        "placement": list(d.placement) if d and d.placement else None,
-        "attained_gpu_s": rec.attained_gpu_s(now) if rec else 0.0,
-        "last_run_s": rec.last_run_s if rec else 0.0,
-        "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
-    }
-    if as_json:
-        echo_json(info)
-        return
-    click.echo(
-        f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {info['slurm_priority']})"
+    return explain_info(
+        job_id,
+        d,
+        rec,
+        pinned,
+        time.time(),
+        slurm_state=job.state.value if job else "GONE",
+        slurm_reason=slurm_reason(job.reason) if job else "",
+        slurm_priority=job.priority if job else None,
+        managed=bool(job and (not cfg.partitions or job.partition in cfg.partitions)),
+        held=bool(job and job.held),
+        mode=cfg.mode,
     )
-    if not info["managed"]:
-        click.echo("  not managed: its partition is outside the service's partitions")
-    if info["pinned"]:
-        click.echo("  pinned by an admin: the service never changes it")
-    if info["held"]:
-        click.echo("  held: the service does not touch held jobs")
-    click.echo(f"  rank {info['rank']} in queue {info['queue']}: {info['policy_reason']}")
-    click.echo(
-        f"  attained service {duration(info['attained_gpu_s'])} GPU-time; "
-        + (
-            f"running for {duration(info['current_run_s'])}"
-            if info["current_run_s"] is not None
-            else f"last run stint {duration(info['last_run_s'])}"
-        )
-    )
-    if info["value_set"] is not None:
-        click.echo(f"  {cfg.mode.replace('_', ' ')} set to {info['value_set']}")
-    if info["placement"]:
-        click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
 
 
 NODE_COLUMNS = (

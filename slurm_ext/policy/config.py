@@ -1,11 +1,12 @@
-"""Policy knobs, one TOML table (`[policy]`), validated by `slurm_ext.config.from_dict`."""
+"""Policy knobs: a plain dataclass. The shells fill it from one TOML table (`[policy]`)
+with `slurm_ext.config.from_dict`; the policy itself reads no file."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.config import choices, positive
+from slurm_ext.policy.fields import choices, positive
 from slurm_ext.policy.kinds import parse_level
 
 POLICIES = ("gittins", "las", "fifo", "multifactor", "fairshare", "sjf", "srtf")

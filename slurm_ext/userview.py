@@ -1,0 +1,192 @@
+"""Why is my job waiting? The queue as the service ranks it, one job's reasons, free GPUs.
+
+Plain functions shared by the local CLI (`slurm-ext queue/explain`, which read the store
+and Slurm on the controller), the listener's read-only view (slurm_ext/userview_http.py,
+which reads the store only) and `--server URL` (which fetches that view): the row and
+explanation dictionaries have the same keys on every path, so the CLI prints both with
+one table (slurm_ext/cli/service.py). A value a path cannot know (the listener never
+asks Slurm for its current priority) is None and printed as "-".
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from slurm_ext.model import JobState, Node
+from slurm_ext.store import DecisionRecord, JobRecord
+
+MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
+
+
+class ViewError(RuntimeError):
+    """The --server view cannot be read (unreachable, an error status, not JSON)."""
+
+
+class ViewNotFound(ViewError):
+    """The server answered 404 (an unknown job, or the view is off)."""
+
+
+def slurm_reason(reason: str) -> str:
+    """Slurm's pending reason; "" where Slurm says "None" (a running job)."""
+    return "" if reason == "None" else reason
+
+
+def _times(rec: JobRecord | None, now: float) -> tuple[float | None, float | None]:
+    """(wait_s, run_s) from the store's record: waited from submission up to the current
+    run's start (or now), ran since that start (None while waiting)."""
+    if rec is None:
+        return None, None
+    started = rec.run_start if rec.state != "PENDING" else None
+    wait = round((started or now) - rec.submit_time, 1) if rec.submit_time else None
+    return wait, (round(now - started, 1) if started is not None else None)
+
+
+def queue_row(d: DecisionRecord | None, rec: JobRecord | None, now: float, **slurm: object) -> dict:
+    """One queue line from the store. `slurm` overrides it with what Slurm says now
+    (job_id, user, state, state_code, gpus, wait_s, run_s, mode, slurm_priority, reason)
+    on the controller's local path."""
+    state = rec.state if rec else ""
+    wait, run = _times(rec, now)
+    row = {
+        "job_id": d.job_id if d else rec.job_id if rec else None,
+        "user": rec.user if rec else "",
+        "state": state,
+        "state_code": JobState.parse(state).code if state else "",
+        "gpus": rec.gpus if rec else 0,
+        "rank": d.rank if d else None,
+        "queue": d.queue if d else None,
+        "gittins": d.gittins if d else None,
+        "group": (d.group or None) if d else None,
+        "group_samples": d.group_samples if d else 0,
+        "attained_gpu_s": round(rec.attained_gpu_s(now), 1) if rec else 0.0,
+        "wait_s": wait,
+        "run_s": run,
+        "value_set": d.value if d else None,
+        "mode": d.mode if d else None,
+        "slurm_priority": None,
+        "reason": slurm_reason(d.slurm_reason) if d else "",
+        "policy_reason": d.reason if d else "",
+        "promoted": bool(d and d.promoted),
+    }
+    row.update(slurm)
+    return row
+
+
+def sort_rows(rows: list[dict]) -> list[dict]:
+    """Ranked jobs in rank order, then unranked ones by job id."""
+    return sorted(rows, key=lambda x: (x["rank"] is None, x["rank"] or 0, x["job_id"]))
+
+
+def explain_info(
+    job_id: int,
+    d: DecisionRecord | None,
+    rec: JobRecord | None,
+    pinned: bool,
+    now: float,
+    **slurm: object,
+) -> dict:
+    """What `explain` says of one job. `slurm` overrides the store's view with Slurm's
+    (slurm_state, slurm_reason, slurm_priority, managed, held, mode) where it was asked."""
+    wait, _ = _times(rec, now)
+    info = {
+        "job_id": job_id,
+        "user": rec.user if rec else "",
+        "gpus": rec.gpus if rec else 0,
+        "slurm_state": rec.state if rec else "GONE",
+        "slurm_reason": slurm_reason(d.slurm_reason) if d else "",
+        "slurm_priority": None,
+        "managed": d is not None,
+        "pinned": pinned,
+        "held": None,
+        "rank": d.rank if d else None,
+        "queue": d.queue if d else None,
+        "gittins": d.gittins if d else None,
+        "group": (d.group or None) if d else None,
+        "group_samples": d.group_samples if d else 0,
+        "promoted": bool(d and d.promoted),
+        "policy_reason": d.reason if d else "not ranked yet (no pass since it appeared)",
+        "value_set": d.value if d else None,
+        "mode": d.mode if d else None,
+        "placement": list(d.placement) if d and d.placement else None,
+        "attained_gpu_s": rec.attained_gpu_s(now) if rec else 0.0,
+        "wait_s": wait,
+        "last_run_s": rec.last_run_s if rec else 0.0,
+        "current_run_s": (now - rec.run_start) if rec and rec.run_start is not None else None,
+    }
+    info.update(slurm)
+    return info
+
+
+# ---- free GPUs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FreeGpus:
+    """Free GPUs, and how many of them sit on nodes too full for the widest waiting job."""
+
+    free: int
+    widest_waiting: int  # GPUs of the widest waiting job (0: none waits)
+    stranded: int  # free GPUs on nodes that cannot take (their share of) that job
+
+    @property
+    def fragmentation(self) -> float:
+        return self.stranded / self.free if self.free else 0.0
+
+
+def free_gpus(nodes: Sequence[Node], waiting_gpus: Iterable[int]) -> FreeGpus:
+    """A node cannot take the widest waiting job (W GPUs) when it has fewer than
+    min(W, its GPUs) free: a job wider than a node needs whole nodes."""
+    usable = [n for n in nodes if n.schedulable and n.gpus > 0]
+    widest = max(waiting_gpus, default=0)
+    stranded = sum(n.gpus_free for n in usable if widest and 0 < n.gpus_free < min(widest, n.gpus))
+    return FreeGpus(sum(n.gpus_free for n in usable), widest, stranded)
+
+
+def node_rows(nodes: Sequence[Node]) -> list[dict]:
+    return [
+        {
+            "node": n.name,
+            "state": n.state,
+            "gpus": n.gpus,
+            "gpus_used": n.gpus_alloc,
+            "gpus_free": n.gpus_free,
+            "gpu_type": n.gpu_type,
+        }
+        for n in sorted(nodes, key=lambda n: n.name)
+    ]
+
+
+# ---- the --server client --------------------------------------------------------------
+
+
+def fetch_json(server: str, path: str, timeout_s: float = 10.0) -> dict:
+    """GET `path` from the service's view at `server` (http://host:port); its JSON
+    document, read up to MAX_RESPONSE_BYTES. Raises ViewError naming what went wrong."""
+    url = urllib.parse.urlsplit(server)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ViewError(f"--server {server!r}: give http://HOST:PORT (the service's listener)")
+    full = urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/") + path, "", ""))
+    try:
+        with urllib.request.urlopen(full, timeout=timeout_s) as r:
+            body = r.read(MAX_RESPONSE_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(1024).decode("utf-8", "replace").strip()
+        if exc.code == 404:
+            raise ViewNotFound(f"{full}: {detail or 'not found'}") from exc
+        raise ViewError(f"{full}: HTTP {exc.code}: {detail}") from exc
+    except (OSError, ValueError) as exc:
+        raise ViewError(f"{full}: cannot reach the service: {exc}") from exc
+    if len(body) > MAX_RESPONSE_BYTES:
+        raise ViewError(f"{full}: answer larger than {MAX_RESPONSE_BYTES} bytes")
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise ViewError(f"{full}: not the service's JSON view ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ViewError(f"{full}: not the service's JSON view (not an object)")
+    return doc
