@@ -88,7 +88,14 @@ def fold_jobs(
             stint = None
             promoted_at = None
 
-        if state in (JobState.RUNNING, JobState.COMPLETING):
+        if _requeue_completing(job, stint, prev.state):
+            # just requeued: its old stint ends at the StartTime Slurm stamped on the
+            # requeue; it waits from there (not a restart, as the simulator has it)
+            if stint is not None:  # seen completing twice: closed the first time
+                assert job.start_time is not None
+                close(max(job.start_time, stint.start))
+                waiting = job.start_time
+        elif state in (JobState.RUNNING, JobState.COMPLETING):
             start = job.start_time or now
             if stint is None:
                 # fresh start (Slurm's StartTime is exact) or resume from suspend (now)
@@ -155,6 +162,19 @@ def reused_id(rec: JobRecord, job: Job) -> bool:
     if not rec.submit_time or not job.submit_time or abs(job.submit_time - rec.submit_time) <= 1:
         return False
     return job.restart_count == 0
+
+
+def _requeue_completing(job: Job, stint: attained.Stint | None, prev_state: str) -> bool:
+    """A running job Slurm has just requeued: COMPLETING (its old step still ending), with
+    StartTime moved to the requeue instant (squeue --json, 22.05 and 25.11). Read as a
+    fresh start it made a stint of a few tenths of a second, which became its last run:
+    the starvation guard then promoted it after 160 x that instead of 160 x its real run,
+    and the live service requeued others for it (issue 13, the requeue thrash)."""
+    if job.state != JobState.COMPLETING or prev_state == "SUSPENDED":
+        return False
+    if stint is None:  # a later pass of the same completion: it waits already
+        return prev_state == "COMPLETING"
+    return job.start_time is not None and job.start_time > stint.start
 
 
 def _ran_unseen(job: Job, waiting_since: float | None) -> bool:

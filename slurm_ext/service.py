@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices, positive
 from slurm_ext.hints import parse_hints
-from slurm_ext.model import Decision, Job, JobView, Node
+from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, network_sensitive, place, rank
 from slurm_ext.policy.placement import consolidate_for
 from slurm_ext.policy.preemption import (
@@ -141,20 +141,23 @@ def with_kinds(
 
 
 def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
+    # as the simulator sees it: its first submit (Slurm moves SubmitTime on a requeue), and
+    # a requeued job still completing its old step waits already (records.fold_jobs)
+    running = job.running and rec.run_start is not None
     return JobView(
         job_id=job.job_id,
         gpus=max(1, job.gpus),
-        submit_time=job.submit_time,
+        submit_time=rec.submit_time or job.submit_time,
         attained_gpu_s=rec.attained_gpu_s(now),
         executed_s=rec.executed_s(now),
-        running=job.running,
+        running=running,
         # the policy reads the current stint for a running job, the last one for a waiting job
         last_run_s=(now - rec.run_start) if rec.run_start is not None else rec.last_run_s,
         waiting_since=rec.waiting_since,
         user=job.user,
         partition=job.partition,
         model_tag=rec.model_tag,
-        promoted_at_gpu_s=rec.promoted_at_gpu_s if job.running else None,
+        promoted_at_gpu_s=rec.promoted_at_gpu_s if running else None,
         job_name=job.name,
         account=job.account,
         time_limit_s=job.time_limit_s,
@@ -176,7 +179,9 @@ def preemption_victims(
     pinned, past min_run_s. A running job's GPUs per node: its per-node request, else its
     GPUs spread evenly over its nodes (Slurm's JSON carries no per-node split).
     """
-    waiting = [d for d in decisions if by_id[d.job_id].pending and not by_id[d.job_id].held]
+    # not a job Slurm holds after its requeue (reason BeginTime): it cannot start yet, and
+    # the simulator keeps it out of the queue until then
+    waiting = [d for d in decisions if _may_start(by_id[d.job_id])]
     if not waiting:
         return None, []
     top, top_rank = by_id[waiting[0].job_id], waiting[0].rank
@@ -184,7 +189,7 @@ def preemption_victims(
     below = []
     for d in reversed(decisions):
         job = by_id[d.job_id]
-        if d.rank <= top_rank or not job.running:
+        if d.rank <= top_rank or job.state != JobState.RUNNING:  # not one leaving already
             continue
         ran = now - (job.start_time if job.start_time is not None else now)
         lost = 0.0
@@ -217,6 +222,10 @@ def preemption_victims(
     return top.job_id, choose_victims(
         want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
     )
+
+
+def _may_start(job: Job) -> bool:
+    return job.pending and not job.held and job.reason != "BeginTime"
 
 
 def _per_node(job: Job) -> list[tuple[str, int]]:
