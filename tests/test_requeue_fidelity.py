@@ -13,12 +13,16 @@ queue). Each test fails on the service before the fix.
 from __future__ import annotations
 
 import dataclasses
+import time
+
+import pytest
+from conftest import wait_for
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.ranking import rank
 from slurm_ext.records import fold_jobs
-from slurm_ext.service import job_view, preemption_victims
+from slurm_ext.service import ACTIVE, job_view, preemption_victims
 from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.traces import TraceJob
 
@@ -146,3 +150,37 @@ def test_no_requeues_for_a_job_slurm_still_holds():
     # once its hold is over, the same snapshot requeues the running job for it
     by_id[62] = dataclasses.replace(held, reason="Priority")
     assert preemption_victims(decisions, by_id, nodes, set(), 580.0, cfg, "spread") == (62, [90])
+
+
+@pytest.mark.slurm
+def test_live_requeue_keeps_the_real_stint(live):
+    """On a real slurmctld (each release and backend): a job requeued after ~3 s of its
+    stint, folded from snapshots taken as fast as the backend answers, keeps that stint
+    as its last run and waits from the requeue. The old fold made the COMPLETING
+    glimpse a new stint (last run: tenths of a second) whenever a snapshot caught it."""
+    cluster, client = live
+    job_id = cluster.sbatch("--requeue", "--gres=gpu:1", "-J", "rq-fidelity")
+    recs: dict = {}
+    states: list[str] = []
+
+    def fold(now: float) -> Job | None:
+        nonlocal recs
+        jobs = [j for j in client.jobs(states=ACTIVE) if j.job_id == job_id]
+        if jobs:
+            recs, _ = fold_jobs(recs, jobs, now)
+            states.append(jobs[0].state.value)
+        return jobs[0] if jobs else None
+
+    wait_for(lambda: (j := fold(time.time())) is not None and j.running, what="job running")
+    started = recs[job_id].run_start
+    time.sleep(3.0)
+    fold(time.time())
+    requeued_at = time.time()
+    cluster.run("scontrol", "requeue", str(job_id))
+    deadline = time.monotonic() + 4.0
+    while time.monotonic() < deadline:
+        fold(time.time())
+    rec = recs[job_id]
+    assert rec.run_start is None, states
+    assert 3.0 <= rec.last_run_s <= requeued_at - started + 1.5, (rec.last_run_s, states)
+    assert abs(rec.waiting_since - requeued_at) <= 1.5, (rec.waiting_since, requeued_at)
