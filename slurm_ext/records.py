@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from slurm_ext.attained import Attained
+from slurm_ext.attained import Attained, Stint
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Job, JobState
 from slurm_ext.store import JobRecord
@@ -166,6 +166,13 @@ def next_service(
     service, waiting = prev.attained, prev.waiting_since
     stint = service.stint
     resumed = prev.state == "SUSPENDED"
+    if _requeue_completing(job, stint, prev.state):
+        # just requeued: its old stint ends at the StartTime Slurm stamped on the requeue;
+        # it waits from there (not a restart, as the simulator has it)
+        if stint is None:  # seen completing twice: closed the first time
+            return service, waiting
+        assert job.start_time is not None
+        return service.closed(max(job.start_time, stint.start)), job.start_time
     if job.state in _RUNNING:
         start = job.start_time or now
         if stint is None:
@@ -198,6 +205,19 @@ def reused_id(rec: JobRecord, job: Job) -> bool:
     if not rec.submit_time or not job.submit_time or abs(job.submit_time - rec.submit_time) <= 1:
         return False
     return job.restart_count == 0
+
+
+def _requeue_completing(job: Job, stint: Stint | None, prev_state: str) -> bool:
+    """A running job Slurm has just requeued: COMPLETING (its old step still ending), with
+    StartTime moved to the requeue instant (squeue --json, 22.05 and 25.11). Read as a
+    fresh start it made a stint of a few tenths of a second, which became its last run:
+    the starvation guard then promoted it after 160 x that instead of 160 x its real run,
+    and the live service requeued others for it (issue 13, the requeue thrash)."""
+    if job.state != JobState.COMPLETING or prev_state == "SUSPENDED":
+        return False
+    if stint is None:  # a later pass of the same completion: it waits already
+        return prev_state == "COMPLETING"
+    return job.start_time is not None and job.start_time > stint.start
 
 
 def _ran_unseen(job: Job, waiting_since: float | None) -> bool:

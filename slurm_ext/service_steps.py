@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from slurm_ext.hints import parse_hints
-from slurm_ext.model import Decision, Job, JobView, Node
+from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, network_sensitive, place
 from slurm_ext.policy.placement import consolidate_for
 from slurm_ext.policy.preemption import (
@@ -69,7 +69,9 @@ def with_kinds(
 def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
     """What the policy sees of a job: its attained service from its record; the current
     stint for a running job, the last one for a waiting job."""
-    running = job.running
+    # a requeued job still completing its old step waits already (records.fold), as the
+    # simulator has it
+    running = job.running and rec.run_start is not None
     if rec.run_start is None:  # not running: nothing grows with time (most jobs)
         attained, executed, last_run = rec.closed_gpu_s, rec.closed_run_s, rec.last_run_s
     else:
@@ -79,7 +81,7 @@ def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
     return JobView(
         job_id=job.job_id,
         gpus=max(1, job.gpus),
-        submit_time=job.submit_time,
+        submit_time=rec.submit_time or job.submit_time,  # Slurm moves it on a requeue
         attained_gpu_s=attained,
         executed_s=executed,
         running=running,
@@ -109,6 +111,7 @@ def waiting_inputs(job: Job, rec: JobRecord) -> tuple:
         job.name,
         job.account,
         job.time_limit_s,
+        rec.submit_time,
         rec.run_start,
         rec.closed_gpu_s,
         rec.closed_run_s,
@@ -133,7 +136,9 @@ def preemption_victims(
     pinned, past min_run_s. A running job's GPUs per node: its per-node request, else its
     GPUs spread evenly over its nodes (Slurm's JSON carries no per-node split).
     """
-    waiting = [d for d in decisions if by_id[d.job_id].pending and not by_id[d.job_id].held]
+    # not a job Slurm holds after its requeue (reason BeginTime): it cannot start yet, and
+    # the simulator keeps it out of the queue until then
+    waiting = [d for d in decisions if _may_start(by_id[d.job_id])]
     if not waiting:
         return None, []
     top, top_rank = by_id[waiting[0].job_id], waiting[0].rank
@@ -141,7 +146,7 @@ def preemption_victims(
     below = []
     for d in reversed(decisions):
         job = by_id[d.job_id]
-        if d.rank <= top_rank or not job.running:
+        if d.rank <= top_rank or job.state != JobState.RUNNING:  # not one leaving already
             continue
         ran = now - (job.start_time if job.start_time is not None else now)
         lost = 0.0
@@ -174,6 +179,10 @@ def preemption_victims(
     return top.job_id, choose_victims(
         want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
     )
+
+
+def _may_start(job: Job) -> bool:
+    return job.pending and not job.held and job.reason != "BeginTime"
 
 
 def _per_node(job: Job) -> list[tuple[str, int]]:
