@@ -17,7 +17,8 @@ and service cycles in trace seconds): slurm = fifo, service = the default gittin
 the simulator always places by `choose_gpus` (fewest nodes, best fit), i.e. it models the
 hints' choice, not cons_tres's. Per run (`sim/fragmentation.summarize`, one definition
 for both): mean wait to first start of 4- and 8-GPU jobs, GPU time stranded by
-fragmentation and free while jobs wait (shares of the cluster's GPU time), avg JCT.
+fragmentation and free while jobs wait (shares of the cluster's GPU time), avg JCT, and
+the share of single-node starts that went to a GPU best fit (how each run chose nodes).
 Live figures come from sacct (NodeList, AllocTRES, Start, End per run), saved by the
 replay as <workdir>/<run>/allocations.json. Trace seconds throughout.
 """
@@ -47,7 +48,7 @@ RUNS = {  # label -> (replay mode, hints on)
     "service": ("service", False),
     "service-hints": ("service", True),
 }
-COLS = ("wait4_s", "wait8_s", "frag_share", "idle_share", "avg_jct_s")
+LOG = Path("cluster/log/slurmctld.log")
 
 
 class Recorded(Simulator):
@@ -67,6 +68,40 @@ class Recorded(Simulator):
         s, _, alloc = rec.runs[-1]
         rec.runs[-1] = (s, now, alloc)
         super()._stop(job, now, release)
+
+
+def best_fit_share(jobs: list[JobRuns], nodes: dict[str, int]) -> float:
+    """Share of single-node starts that went to a GPU best fit: a node with the fewest
+    free GPUs among those that fit the job (what `choose_gpus` and the hints pick)."""
+    ev = sorted(
+        (t, order, n, j.gpus, alloc)
+        for n, j in enumerate(jobs)
+        for s, e, alloc in j.runs
+        for t, order in ((s, 1), (e, 0))
+    )
+    free = dict(nodes)
+    starts = best = 0
+    for _, order, _, gpus, alloc in ev:
+        if order == 1 and len(alloc) == 1:
+            fits = [f for f in free.values() if f >= gpus]
+            starts += 1
+            best += bool(fits) and free[alloc[0][0]] == min(fits)
+        for node, g in alloc:
+            free[node] += g if order == 0 else -g
+    return best / starts if starts else 0.0
+
+
+def hint_writes(log: Path) -> dict[str, int]:
+    """What slurmctld's log says of the service's ReqNodeList writes: set on a waiting job
+    (`setting req_nodes`), or arrived after Slurm had started it, where Slurm reads the
+    field as a resize of the running job (`setting nodes to`: accepted, the node list
+    shrunk to the hint's nodes; `Invalid node list`: refused, not a subset)."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return {
+        "hinted": text.count("setting req_nodes to"),
+        "resized": text.count("setting nodes to"),
+        "refused": text.count("Invalid node list"),
+    }
 
 
 def sim_inputs(
@@ -103,7 +138,8 @@ def simulated(trace: list[TraceJob], args: argparse.Namespace, mode: str) -> dic
     sim = Recorded(jobs, policy, cluster)
     sim.run()
     nodes = dict.fromkeys(sim.idx.free, args.gpus_per_node)
-    return summarize(list(sim.record.values()), nodes, args.gpus_per_node)
+    jobs = list(sim.record.values())
+    return {**summarize(jobs, nodes, args.gpus_per_node), "best_fit": best_fit_share(jobs, nodes)}
 
 
 def live_figures(path: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -112,7 +148,11 @@ def live_figures(path: Path, args: argparse.Namespace) -> dict[str, float]:
     nodes = {n: args.gpus_per_node for j in jobs.values() for _, _, a in j.runs for n, _ in a}
     for k in range(args.nodes - len(nodes)):
         nodes[f"unused{k}"] = args.gpus_per_node
-    return summarize(list(jobs.values()), nodes, args.gpus_per_node, args.speedup)
+    runs = list(jobs.values())
+    return {
+        **summarize(runs, nodes, args.gpus_per_node, args.speedup),
+        "best_fit": best_fit_share(runs, nodes),
+    }
 
 
 def main() -> int:
@@ -143,22 +183,30 @@ def main() -> int:
             except Interrupted:
                 print("interrupted: the replay cancelled its jobs, stopped its daemons")
                 return 130
-        rows.append((label, "live", live_figures(root / label / "allocations.json", args)))
+        live = live_figures(root / label / "allocations.json", args)
+        rows.append((label, "live", {**live, **hint_writes(root / label / LOG)}))
         if label != "service-hints":  # the simulator places as the hints do (see above)
             rows.append((label, "sim", simulated(trace, args, mode)))
+    writes: list[str] = []
     base = {src: r["avg_jct_s"] for label, src, r in rows if label == "slurm"}
     print(f"# {args.trace}: {len(trace)} jobs, {args.nodes} x {args.gpus_per_node} GPUs, "
           f"speedup {args.speedup:g}, hints {args.hints}")  # fmt: skip
     print("| run | source | wait 4-GPU (h) | wait 8-GPU (h) | stranded % | free while waiting % "
-          "| avg JCT (h) | vs Slurm alone |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| avg JCT (h) | vs Slurm alone | best-fit starts % |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, src, r in rows:
+        if src == "live":
+            writes.append(f"{label}: {r['hinted']} hints set on waiting jobs, "
+                          f"{r['resized']} + {r['refused']} written after the job started "
+                          "(resize accepted + refused)")  # fmt: skip
         ratio = r["avg_jct_s"] / base[src] if base.get(src) else float("nan")
         print(
             f"| {label} | {src} | {r['wait4_s'] / 3600:.2f} | {r['wait8_s'] / 3600:.2f} "
             f"| {100 * r['frag_share']:.2f} | {100 * r['idle_share']:.2f} "
-            f"| {r['avg_jct_s'] / 3600:.2f} | {ratio:.3f} |"
+            f"| {r['avg_jct_s'] / 3600:.2f} | {ratio:.3f} | {100 * r['best_fit']:.0f} |"
         )
+    print("\nslurmctld's log of the service's ReqNodeList writes:")
+    print("\n".join(writes))
     return 0
 
 
