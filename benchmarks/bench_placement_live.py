@@ -3,7 +3,7 @@ service's placement hints, on a real slurmctld, with the simulator's figures bes
 
     .venv/bin/slurm-ext trace synth --jobs 150 --gpus 32 --load 1.1 --seed 3 -o t.csv
     .venv/bin/python benchmarks/bench_placement_live.py --trace t.csv --speedup 1800 \
-        --workdir DIR                  # three live replays (~8 min each) + the simulator
+        --workdir DIR                  # three live replays (~6 min each) + the simulator
     .venv/bin/python benchmarks/bench_placement_live.py --trace t.csv --speedup 1800 \
         --live-from DIR                # the table again from DIR's allocations.json files
 
