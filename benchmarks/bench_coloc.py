@@ -2,6 +2,9 @@
 
     .venv/bin/python benchmarks/bench_coloc.py                       # seeds 1-3, load 1.3
     .venv/bin/python benchmarks/bench_coloc.py --seeds 4,5,6 --loads 1.0,1.3 --eaco
+    # the kept requeue bound and churn rule (docs/benchmarks.md, Session 5):
+    .venv/bin/python benchmarks/bench_coloc.py --learnt-placement --eaco
+        --slow-fraction 0.9 --max-pause 120 --after-requeue not_beside   (one line)
 
 Each row: one trace (2,000 jobs unless --jobs, 64 GPUs = 8 nodes x 8, 30% of jobs opportunistic by a
 seeded draw, time limits from `sim.timelimits` where the trace has none), run once as
@@ -20,6 +23,7 @@ import argparse
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
+from slurm_ext.policy.opportunistic import AFTER_REQUEUE
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig
@@ -45,6 +49,12 @@ def main() -> None:
     ap.add_argument("--max-shard-gpus", type=int, default=1)
     ap.add_argument("--max-pause", type=float, default=0.0, help="requeue after (trace s)")
     ap.add_argument("--ends-before", action="store_true")
+    ap.add_argument(
+        "--after-requeue",
+        default="any",
+        choices=AFTER_REQUEUE,
+        help="what a requeued job avoids (policy.opportunistic.shard_offered)",
+    )
     ap.add_argument("--checkpoint", type=float, default=0.0, help="checkpoint interval (s)")
     a = ap.parse_args()
     cluster = SimConfig(
@@ -65,6 +75,7 @@ def main() -> None:
                 max_shard_gpus=a.max_shard_gpus,
                 max_pause_s=a.max_pause,
                 ends_before=a.ends_before,
+                after_requeue=a.after_requeue,
             )
             out = run_pair(trace, policy, cluster, share)
             r, s = out["shared_vs_alone"], out["shared"]

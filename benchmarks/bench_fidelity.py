@@ -4,8 +4,12 @@
     .venv/bin/python benchmarks/bench_fidelity.py --full   # synth1, synth2, tiresias60 at auto speedup, ~1 h
     .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 150 --modes slurm,service
 
+    .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 100 --speedup 1500 \
+        --live-from DIR   # simulate again against the live rows an earlier --workdir DIR kept
+
 Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
---jobs jobs, offered load --load on the cluster's GPUs) and the Tiresias 60-job trace
+--jobs jobs, offered load --load on the cluster's GPUs), recurring users' ones
+(`usersN`: slurm_ext.sim.users.synth_user_jobs, --users users) and the Tiresias 60-job trace
 (`tiresias60`, from tests/data or <repo>/../shared/traces; skipped, saying so, when
 absent). Per trace and mode: the live replay's avg JCT (trace seconds, read from
 sacct), the simulator's with matching settings, their ratio, and whether the modes
@@ -18,41 +22,58 @@ Mode -> simulator settings (same time limits, `fill_time_limits(jobs, seed)`):
   service-requeue  policy gittins, preemption of opted-in jobs
 with `--scheduler` (default "slurm": the simulator's model of sched/backfill), the time
 limits Slurm really enforced (whole wall minutes, so longer than the trace's at high
-speedups), and the replay's backfill and service cycles scaled back to trace seconds. Each live replay takes up to ~8-9 minutes at the default speedup; this is
-a long benchmark, run it alone.
+speedups), and the replay's backfill and service cycles scaled back to trace seconds:
+the service's pass period as measured in its log, Slurm's hold of a requeued job
+(`requeue_delay_s` = 6 wall s x speedup; --no-requeue-hold leaves it out), the service's
+one waiting job per pass and its cap of requeues per pass. The simulated spread over
+the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
+<workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
+by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
+speedup; this is a long benchmark, run it alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 import tempfile
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
+
+import fidelity_jobs
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
-from slurm_ext.replay.service import service_interval_s, with_checkpoints
-from slurm_ext.replay.slurmconf import backfill_settings
+from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
+from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, backfill_settings
+from slurm_ext.service import ServiceConfig
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob, read_trace
+from slurm_ext.sim.users import synth_user_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 TIRESIAS_60 = (
     ROOT / "tests" / "data" / "tiresias-60job.csv",
     ROOT.parent / "shared" / "traces" / "tiresias-60job.csv",
 )
+# the simulator is re-run with the service's pass period x these: the spread shows how
+# much one run's timing (Slurm's and the service's latency) can move the result
+PERIOD_JITTER = (0.9, 0.95, 1.05, 1.1)
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 
 
-def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] | None:
+def load_trace(
+    name: str, jobs: int, gpus: int, load: float, users: int = 8
+) -> list[TraceJob] | None:
     if name == "tiresias60":
         for path in TIRESIAS_60:
             if path.exists():
@@ -61,7 +82,9 @@ def load_trace(name: str, jobs: int, gpus: int, load: float) -> list[TraceJob] |
         return None
     if name.startswith("synth") and name[5:].isdigit():
         return synth_jobs(jobs, gpus, load, int(name[5:]))
-    raise SystemExit(f"unknown trace {name!r} (synthN or tiresias60)")
+    if name.startswith("users") and name[5:].isdigit():  # recurring users' kinds of jobs
+        return synth_user_jobs(jobs, gpus, load, int(name[5:]), users=users)
+    raise SystemExit(f"unknown trace {name!r} (synthN, usersN or tiresias60)")
 
 
 def _cmp(a: float, b: float) -> int:
@@ -90,8 +113,28 @@ def orders_agree(live: dict[str, float], sim: dict[str, float]) -> str:
     return "NO" if any(x * y < 0 for x, y in signs) else "yes (up to ties)"
 
 
+def pass_period_s(log: Path) -> float | None:
+    """The live service's mean time between passes (wall s) from its log: its interval
+    plus each pass's own time, which the simulator's pass interval must match."""
+    if not log.exists():
+        return None
+    stamps = [
+        datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for line in log.read_text().splitlines()
+        if " pass: " in line
+    ]
+    if len(stamps) < 2:
+        return None
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
 def sim_inputs(
-    trace: list[TraceJob], args: argparse.Namespace, mode: str, speedup: float
+    trace: list[TraceJob],
+    args: argparse.Namespace,
+    mode: str,
+    speedup: float,
+    pass_wall_s: float | None = None,
+    launch_wall_s: float = 0.0,
 ) -> tuple[list[TraceJob], SimConfig]:
     """The trace and cluster the simulator must use to match the live replay: the time
     limits Slurm really enforced (rounded up to whole wall minutes by `replay.plan`), the
@@ -106,10 +149,12 @@ def sim_inputs(
     jobs = [
         replace(
             p.trace,
+            # live a job holds its GPUs for its work plus its launch (measured)
+            duration_s=p.trace.duration_s + launch_wall_s * speedup,
             time_limit_s=p.limit_min * 60.0 * speedup,
             checkpoint=p.preemptible,
             user=user,
-            job_name=p.name,
+            job_name=p.kind_name,
         )
         for p in planned
     ]
@@ -122,8 +167,15 @@ def sim_inputs(
         bf_interval_s=bf.interval_s * speedup,
         bf_resolution_s=bf.resolution_s * speedup,
         bf_window_s=bf.window_min * 60.0 * speedup,
-        pass_interval_s=service_interval_s(speedup) * speedup if mode != "slurm" else 0.0,
+        pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
+        if mode != "slurm"
+        else 0.0,
+        # the service requeues for its best waiting job once a pass, at most its cap
+        one_preemption_per_pass=True,
+        max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
         checkpoint_interval_s=args.checkpoint_interval,
+        restart_overhead_s=max(launch_wall_s, 0.0) * speedup,  # a restart is a launch
+        requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,
         seed=args.seed,
     )
     return jobs, cluster
@@ -138,14 +190,26 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--jobs", type=int, default=150, help="jobs per synthetic trace")
     ap.add_argument("--load", type=float, default=1.0, help="synthetic offered load")
+    ap.add_argument("--users", type=int, default=8, help="users of a usersN trace")
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--gpus-per-node", type=int, default=4)
     ap.add_argument("--speedup", type=float, default=None, help="default: replay's auto speedup")
     ap.add_argument("--checkpoint-interval", type=float, default=1800.0)
     ap.add_argument("--preemptible-fraction", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--no-requeue-hold",
+        dest="requeue_hold",
+        action="store_false",
+        help="simulate without Slurm's hold of requeued jobs (cred_expire + 1 wall s)",
+    )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
+    ap.add_argument(
+        "--live-from",
+        default=None,
+        help="a --workdir of an earlier run: reuse its live rows, only simulate again",
+    )
     args = ap.parse_args()
     if args.traces is None:
         args.traces = "synth1,synth2,tiresias60" if args.full else "tiresias60"
@@ -163,27 +227,93 @@ def main() -> int:
     return 0
 
 
+def live_row(
+    args: argparse.Namespace,
+    trace: list[TraceJob],
+    name: str,
+    mode: str,
+    speedup: float,
+    work: Path,
+) -> dict:
+    """The live replay's summary row: replayed now (and saved as row.json beside its
+    records), or read back from `--live-from DIR` to simulate again without replaying."""
+    if args.live_from:
+        saved = Path(args.live_from) / name / mode / "row.json"
+        if not saved.exists():
+            raise SystemExit(f"--live-from: no {saved}")
+        return json.loads(saved.read_text())
+    row = replay_mode(
+        trace, mode, work / name / mode, speedup, args.checkpoint_interval,
+        args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
+    )  # fmt: skip
+    (work / name / mode / "row.json").write_text(json.dumps(row, indent=1))
+    return row
+
+
+def per_job(
+    args: argparse.Namespace,
+    work: Path,
+    name: str,
+    mode: str,
+    trace: list[TraceJob],
+    speedup: float,
+    sim_run: list,
+) -> None:
+    """Where live and simulated runs part, job by job (printed, and kept as per_job.txt)."""
+    records = Path(args.live_from or work) / name / mode / "records.json"
+    if not records.exists():
+        return
+    lines = fidelity_jobs.compare(
+        fidelity_jobs.live_jobs(records, trace, speedup), fidelity_jobs.sim_jobs(sim_run)
+    )
+    out = work / name / mode
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "per_job.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(f"  {line}" for line in lines), flush=True)
+
+
 def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[tuple]:
     rows: list[tuple] = []
     for name in args.traces.split(","):
-        trace = load_trace(name, args.jobs, gpus, args.load)
+        trace = load_trace(name, args.jobs, gpus, args.load, args.users)
         if trace is None:
             continue
         trace = fill_time_limits(trace, args.seed)
         speedup = args.speedup or auto_speedup(trace, gpus)
         live, sim = {}, {}
+        rows_live = {mode: live_row(args, trace, name, mode, speedup, work) for mode in modes}
+        dirs = {mode: Path(args.live_from or work) / name / mode for mode in modes}
+        # live a job holds its GPUs a little longer than its work (launch, interpreter,
+        # sacct's whole seconds): measured on every mode's jobs that ran once, pooled
+        launch = fidelity_jobs.launch_wall_s(
+            [dirs[m] / "records.json" for m in modes], trace, speedup
+        )
         for mode in modes:
-            row = replay_mode(
-                trace, mode, work / name / mode, speedup, args.checkpoint_interval,
-                args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
-            )  # fmt: skip
+            row = rows_live[mode]
             live[mode] = row["avg_jct_s"]
             policy = with_checkpoints(
                 replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
             )
-            sim_trace, cluster = sim_inputs(trace, args, mode, speedup)
-            out, _ = simulate(sim_trace, policy, cluster)
+            if args.requeue_hold:  # as the replay tells its service (replay.service)
+                policy = with_requeue_hold(policy, speedup)
+            period = pass_period_s(dirs[mode] / "service.log")
+            row["launch_wall_s"] = launch
+            sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period, launch)
+            out, sim_run = simulate(sim_trace, policy, cluster)
             sim[mode] = out["avg_jct_s"]
+            per_job(args, work, name, mode, trace, speedup, sim_run)
+            spread = (sim[mode], sim[mode])
+            if mode != "slurm":  # how much the service's pass timing alone moves it
+                base = period or service_interval_s(speedup)
+                jct = [
+                    simulate(t, policy, c)[0]["avg_jct_s"]
+                    for t, c in (
+                        sim_inputs(trace, args, mode, speedup, base * f, launch)
+                        for f in PERIOD_JITTER
+                    )
+                ]
+                spread = (min(jct + [sim[mode]]), max(jct + [sim[mode]]))
+            row["sim_min_s"], row["sim_max_s"] = spread
             rows.append((name, len(trace), speedup, mode, live[mode], sim[mode], row))
             print(
                 f"{name} {mode}: live {live[mode]:.0f} s, sim {sim[mode]:.0f} s, "
@@ -197,9 +327,10 @@ def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> li
 def print_table(rows: list[tuple], work: Path) -> None:
     print()
     print(
-        "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim | live p95 | live util | requeues | timeouts |"
+        "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim |"
+        " sim range, pass period x0.9-1.1 (s) | live p95 | live util | requeues | timeouts |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r[1] == "order":
             print(f"| {r[0]} | order of modes: live {r[2]}; simulated {r[3]}; agree: {r[4]} |")
@@ -207,6 +338,7 @@ def print_table(rows: list[tuple], work: Path) -> None:
         name, n, speedup, mode, lv, sv, row = r
         print(
             f"| {name} | {n} | {speedup:.0f} | {mode} | {lv:.0f} | {sv:.0f} | {lv / sv:.2f} | "
+            f"{row['sim_min_s']:.0f}-{row['sim_max_s']:.0f} | "
             f"{row['p95_jct_s']:.0f} | {row['gpu_utilization']:.2f} | {row['requeues']} | {row['timeouts']} |"
         )
     print(f"\nlogs: {work}")

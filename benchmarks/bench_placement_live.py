@@ -113,7 +113,9 @@ def sim_inputs(
     planned = plan(trace, args.speedup, args.nodes, args.gpus_per_node, mode, 0.0, args.seed)
     user = getpass.getuser()
     jobs = [
-        replace(p.trace, time_limit_s=p.limit_min * 60.0 * args.speedup, user=user, job_name=p.name)
+        replace(
+            p.trace, time_limit_s=p.limit_min * 60.0 * args.speedup, user=user, job_name=p.kind_name
+        )
         for p in planned
     ]
     bf = backfill_settings(args.speedup, max(p.limit_min for p in planned))

@@ -9,6 +9,7 @@
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --loads 0.9,1.0,1.05
 
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes philly,wide,bursty
+    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes users --loads 1.0
 
 Quality: the shipped Tiresias 60-job trace (8 GPUs) and seeded Philly-like synthetic
 traces (64 GPUs, offered load 1.05; 10,000 and 2,000 jobs with --full, seeds 1-6),
@@ -16,7 +17,8 @@ preemptive, consolidated placement, Slurm's scheduler model (`--scheduler`), aga
 Slurm alone first (FIFO order, Slurm's scheduler with backfill, no preemption), then
 strict FIFO (see FIFO_STRICT) and the SRTF oracle; a summary table per trace at the end.
 Jobs get time limits from `sim.timelimits` (seed 0). Speed: preemptive 2D-Gittins with
-placement on 1,000 GPUs (125 nodes x 8) from 10k to 100k jobs, on trace shapes (SHAPES).
+placement on 1,000 GPUs (125 nodes x 8) from 10k to 100k jobs, on trace shapes (SHAPES,
+and USERS: the other generator's trace).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from slurm_ext.sim.run import slurm_alone
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob, read_trace
+from slurm_ext.sim.users import synth_user_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE_60 = ROOT / "tests" / "data" / "tiresias-60job.csv"
@@ -155,6 +158,19 @@ def bursty(jobs: list[TraceJob], period: float = 6 * 3600.0) -> list[TraceJob]:
 
 
 SHAPES = {"philly": lambda jobs: jobs, "wide": wide, "bursty": bursty}
+# `users`: not a reshaping of the flat trace but the other generator, `trace synth`'s
+# default (sim/users.py: recurring users' kinds, their own time limits, half the kinds
+# checkpointing, so only those may be preempted); issue 13's example at load 1.0
+USERS = "users"
+
+
+def speed_trace(n: int, load: float, shape: str) -> list[TraceJob]:
+    """The speed runs' trace: seed 1, 1,000 GPUs, time limits from seed 0 where missing."""
+    if shape == USERS:
+        jobs = synth_user_jobs(n, 1000, load=load, seed=1)
+    else:
+        jobs = SHAPES[shape](synth_jobs(n, 1000, load=load, seed=1))
+    return fill_time_limits(jobs, seed=0)
 
 
 def speed(
@@ -167,7 +183,7 @@ def speed(
     """(jobs, wall s, CPU s, preemptions, events) per size."""
     out = []
     for n in sizes:
-        trace = fill_time_limits(SHAPES[shape](synth_jobs(n, 1000, load=load, seed=1)), seed=0)
+        trace = speed_trace(n, load, shape)
         cluster = SimConfig(
             nodes=125, gpus_per_node=8, placement="consolidate", scheduler=scheduler
         )
@@ -197,7 +213,9 @@ def main() -> None:
     )
     ap.add_argument("--sizes", default=None, help="job counts for the speed runs")
     ap.add_argument(
-        "--shapes", default="philly", help=f"speed-run trace shapes ({', '.join(SHAPES)})"
+        "--shapes",
+        default="philly",
+        help=f"speed-run trace shapes ({', '.join([*SHAPES, USERS])})",
     )
     ap.add_argument(
         "--scheduler",

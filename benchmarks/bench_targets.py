@@ -15,9 +15,12 @@ short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
   all        gittins, preemptive, every job preemptible, checkpoint every 15 min
   srtf       the SRTF oracle, every job preemptible, checkpoint every 15 min
 and prints avg JCT / Slurm alone's for each, all / srtf, the p99 JCT of the widest 5%
-of jobs relative to Slurm alone's (np, half, all), the worst user's avg JCT relative to
-that user's under Slurm alone with fair-share (fs; np, half, all, and slurm itself;
-users with >= 10 jobs), the avg JCT of the flooder's jobs and of everyone else's
+of jobs relative to Slurm alone's (fs, np, half, all), the per-user avg JCT relative
+to that user's under Slurm alone with fair-share (fs; np, half, all, and slurm
+itself; users with >= --min-jobs jobs, default 10; the same jobs, all finished, in
+every run): median (med_*), p90 (p90_*), worst (user_*) and share above 1.2x
+(over_*); `--only fs2` adds fair-share Slurm with a 4-minute calc period, the per-user
+ratio's noise floor; the avg JCT of the flooder's jobs and of everyone else's
 relative to fs (with --flood), the
 most preemptions of one job (all), and with --frag the mean wait to first start of 4-
 and 8-GPU jobs and the GPUs idle for fragmentation (slurm, np; `Measured`).
@@ -30,6 +33,7 @@ any node set, the largest free nodes first and the last one best fit).
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --flood 600 --only np
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --frag --only np --placement spread
     .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --only np --model flat
+    .venv/bin/python benchmarks/bench_targets.py --seeds 1-12 --only fs2,np --min-jobs 20
 --model flat runs `sim.synth` traces (jobs drawn independently, limits from
 `fill_time_limits`) instead of recurring users, to check a rule on another shape.
 """
@@ -64,6 +68,12 @@ def runs(
     return {
         "slurm": (PolicyConfig(policy="fifo"), replace(base, preemptive=False)),
         "fs": (PolicyConfig(policy="fairshare"), replace(base, preemptive=False)),
+        # the noise floor of the per-user ratio: fair-share Slurm again, its calc period
+        # 4 min instead of 5 (only with --only fs2)
+        "fs2": (
+            PolicyConfig(policy="fairshare", fairshare_calc_period_s=240.0),
+            replace(base, preemptive=False),
+        ),
         "np": (g, replace(base, preemptive=False)),
         "sjf": (PolicyConfig(policy="sjf"), replace(base, preemptive=False)),
         "half": (g, replace(pre, preemptible_fraction=0.5)),
@@ -114,16 +124,16 @@ def wide_p99(jobs) -> float:
     return percentile(sorted(j.finish - j.submit for j in wide), 99)
 
 
-def per_user(jobs) -> dict[str, float]:
-    """Avg JCT per user with at least 10 jobs."""
+def per_user(jobs, min_jobs: int = 10) -> dict[str, float]:
+    """Avg JCT per user with at least `min_jobs` jobs."""
     by: dict[str, list[float]] = {}
     for j in jobs:
         by.setdefault(j.user, []).append(j.finish - j.submit)
-    return {u: sum(v) / len(v) for u, v in by.items() if len(v) >= 10}
+    return {u: sum(v) / len(v) for u, v in by.items() if len(v) >= min_jobs}
 
 
 def one(args: tuple) -> tuple[tuple, dict]:
-    seed, n, load, label, overrides, placement, flood, frag, model = args
+    seed, n, load, label, overrides, placement, flood, frag, model, min_jobs = args
     cfg, cl = runs(json.loads(overrides), placement)[label]
     if model == "flat":  # the earlier generator: independent jobs, no kinds or limits
         trace = fill_time_limits(synth_jobs(n, 64, load=load, seed=seed), seed)
@@ -137,7 +147,8 @@ def one(args: tuple) -> tuple[tuple, dict]:
     out = {
         "avg": sum(j.finish - j.submit for j in done) / len(done),
         "wide": wide_p99(done),
-        "users": per_user(done),
+        "users": per_user(done, min_jobs),
+        "unfinished": len(jobs) - len(done),
         "max_pre": max((j.preemptions for j in jobs), default=0),
         "wait48": {g: avg_wait([j for j in done if j.gpus == g]) for g in (4, 8)},
         "others": avg_jct([j for j in done if j.user != FLOOD_USER]),
@@ -174,13 +185,14 @@ def main() -> None:
     ap.add_argument("--flood", type=int, default=0, help="jobs of a flooding user (0: none)")
     ap.add_argument("--frag", action="store_true", help="measure fragmentation (slower)")
     ap.add_argument("--model", default="users", help="trace model: users (default) | flat")
+    ap.add_argument("--min-jobs", type=int, default=10, help="users counted per-user")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args()
-    labels = list(runs({}))
+    labels = [x for x in runs({}) if x != "fs2"]
     if args.only:
         labels = ["slurm", "fs"] + [x for x in args.only.split(",") if x not in ("slurm", "fs")]
     ss = seeds(args.seeds)
-    key = (args.set, args.placement, args.flood, args.frag, args.model)
+    key = (args.set, args.placement, args.flood, args.frag, args.model, args.min_jobs)
     tasks = [(s, args.jobs, args.load, lab, *key) for s in ss for lab in labels]
     with Pool(args.workers) as pool:
         res = dict(pool.map(one, tasks))
@@ -202,15 +214,22 @@ def main() -> None:
         extra = {}
         if "all" in r and "srtf" in r:
             extra["all/srtf"] = get["all"]["avg"] / get["srtf"]["avg"]
-        for c in ("np", "half", "all"):
+        for c in ("fs", "np", "half", "all"):
             if c in get:
                 extra[f"wide_{c}"] = get[c]["wide"] / base["wide"]
         bu = get["fs"]["users"]
-        for c in ("slurm", "np", "half", "all"):
+        for c in ("slurm", "fs2", "np", "half", "all"):
             if c in get:
-                rs = [v / bu[u] for u, v in get[c]["users"].items() if u in bu]
-                extra[f"user_{c}"] = max(rs)  # the worst user's ratio
+                # every run holds the same jobs, all finished (checked below)
+                rs = sorted(v / bu[u] for u, v in get[c]["users"].items() if u in bu)
+                extra[f"med_{c}"] = percentile(rs, 50)  # the median user's ratio
+                extra[f"p90_{c}"] = percentile(rs, 90)
+                extra[f"user_{c}"] = rs[-1]  # the worst user's ratio
                 extra[f"over_{c}"] = sum(x > 1.2 for x in rs) / len(rs)  # share above 1.2x
+        extra["users"] = float(len(bu))
+        lost = sum(g["unfinished"] for g in get.values())
+        if lost:
+            extra["unfinished"] = float(lost)
         if args.flood:
             for c in ("slurm", "np"):
                 if c in get:

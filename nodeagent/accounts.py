@@ -6,8 +6,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from nodeagent.gpu import GpuSample
-from nodeagent.report import JobReport
 from slurm_ext.policy import colocation as co
+from slurm_ext.reports import JobReport
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class JobAccount:
     gpu_type: str = ""
     cpus_alloc: int | None = None
     samples: int = 0
+    paused_since: float | None = None  # when this agent froze it (None: running)
 
     def report(self, node: str, final: bool) -> JobReport:
         mean = self.util_weighted / self.util_seconds if self.util_seconds > 0 else 0.0
@@ -63,6 +64,12 @@ class JobAccount:
             period_start=self.first_seen,
             period_end=self.last_seen,
             final=final,
+            # within the period, as the service checks (a pause stamped before a sample)
+            paused_since=(
+                None
+                if self.paused_since is None
+                else min(max(self.paused_since, self.first_seen), self.last_seen)
+            ),
         )
 
 

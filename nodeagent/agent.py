@@ -196,6 +196,8 @@ class Agent:
         self._cpu(jobs, dt)
         klass = {j: self.accounts[j].klass for j in jobs}
         actions, rates = self.coloc.step(uses, jobs, klass)
+        for job, acc in self.accounts.items():  # reported: the service requeues long pauses
+            acc.paused_since = self.coloc.paused_since.get(job)
         finals = self._ended(jobs)
         described = self.describer.describe(gpus, job_of_pid) if self.describer else ()
         host = self.describer.host() if self.describer else None

@@ -19,16 +19,11 @@ from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
 from nodeagent.progress import ProgressReader
-from nodeagent.report import (
-    ReportSender,
-    SecretFileError,
-    node_key,
-    node_name_ok,
-    read_secret,
-)
+from nodeagent.report import ReportSender
 from nodeagent.snapshot import AgentSnapshot
 from nodeagent.state import lock_state
 from slurm_ext.config import ConfigError, load_config
+from slurm_ext.reports import SecretFileError, node_key, node_name_ok, read_secret
 
 log = logging.getLogger("nodeagent")
 

@@ -78,6 +78,7 @@ class ColocationController:
         self.state = co.CoState()
         self.progress = ProgressReader(proc_root, timeout_s=config.progress_timeout_s)
         self.paused: dict[int, PauseRecord] = {}
+        self.paused_since: dict[int, float] = {}  # wall time this run froze each job
         self.recovering: set[int] = set()  # left frozen by a previous run, not thawed yet
         self._next_recover = float("-inf")  # retried at most every retry_s
         self.action_counts: dict[tuple[str, str], int] = {}
@@ -121,6 +122,7 @@ class ColocationController:
                 return False
             state = states[job]
         del self.paused[job]
+        self.paused_since.pop(job, None)
         self.recovering.discard(job)
         if state == "SUSPENDED":
             log.warning("job %s is suspended by Slurm: not thawed, left to Slurm (%s)", job, why)
@@ -142,6 +144,7 @@ class ColocationController:
     def job_ended(self, job: int) -> None:
         """The job's processes are gone: nothing Slurm could suspend, so thaw at once."""
         rec = self.paused.pop(job, None)
+        self.paused_since.pop(job, None)
         self.recovering.discard(job)
         if rec is not None:
             self.freezer.resume(rec)
@@ -215,6 +218,7 @@ class ColocationController:
             self._error("state", str(exc))
             return
         self.paused[action.job_id] = rec
+        self.paused_since[action.job_id] = self.wall()  # reported: the service requeues long pauses
         log.warning(
             "paused opportunistic job %s on %s via %s: %s",
             action.job_id,

@@ -104,6 +104,12 @@ def cpu_used_during(pids: list[int], seconds: float) -> float:
     return sum(cpu_s(p) for p in pids) - before
 
 
+def runs(pids: list[int]) -> bool:
+    """Busy processes got CPU within a second: tolerant of a loaded 2-core machine, where a
+    0.3 s window can give them under 0.1 s; a frozen process gets exactly 0."""
+    return cpu_used_during(pids, 1.0) > 0.02
+
+
 def _wait_exec(pid: int, marker: str, timeout: float = 5.0) -> None:
     """Until the child has exec'd, /proc/PID/environ is still the parent's: a reader then
     would see no job environment. Wait until it shows the job's."""

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from slurm_ext import tomlio
+from slurm_ext.policy.fields import choices, positive
 
 T = TypeVar("T")
+__all__ = ["ConfigError", "choices", "from_dict", "load_config", "positive"]
 
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 32  # nested arrays and inline tables
@@ -37,16 +39,6 @@ class ConfigError(ValueError):
         self.message = message
         where = f"{self.path}: {key}" if key else self.path
         super().__init__(f"{where}: {message}")
-
-
-def choices(*allowed: Any, default: Any) -> Any:
-    """A dataclass field limited to `allowed` values."""
-    return dataclasses.field(default=default, metadata={"choices": allowed})
-
-
-def positive(default: Any) -> Any:
-    """A numeric dataclass field that must be > 0 (0 would make it meaningless)."""
-    return dataclasses.field(default=default, metadata={"positive": True})
 
 
 def load_config(cls: type[T], path: str | Path | None) -> T:

@@ -1,8 +1,9 @@
 """`make demo`: a real local Slurm cluster, the priority service and a node agent, end to end.
 
 Starts 4 slurmd x 4 (fake-device) GPUs and one slurmctld, the service (`slurm-ext serve`)
-against them, and a node agent for node1 with simulated GPUs that follow the real
-allocation (there is no GPU here), submits a small mixed DL workload, and prints the
+against them, and a node agent for node1 (`slurm-ext-agent run`, its own process, with
+a generated agent.toml) whose simulated GPUs follow the real allocation (there is no GPU
+here), submits a small mixed DL workload, and prints the
 queue as the suite sees it while it runs. Everything is stopped by PID at the end.
 
     python -m slurm_ext.demo [--seconds 60] [--keep]
@@ -11,6 +12,7 @@ queue as the suite sees it while it runs. Everything is stopped by PID at the en
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -34,6 +36,7 @@ WORKLOAD = [
     *[(f"sweep-{i}", ["--gres=gpu:1", "--comment=model=resnet18"], 20 + 10 * i) for i in range(6)],
     ("vgg19-4gpu", ["-N1", "--gres=gpu:4", "--comment=model=vgg19"], 300),
 ]
+DEMO_GPUS = 4  # per node
 
 
 def _free_port() -> int:
@@ -56,28 +59,31 @@ def _slurm_ext(*args: str, config: Path) -> str:
     return res.stdout + (res.stderr if res.returncode else "")
 
 
-def _drive_gpus(reader, client: CliSlurmClient, node: str, stop: threading.Event) -> None:
-    """Put the processes of jobs Slurm runs on `node` onto the simulated GPUs."""
+def _drive_gpus(
+    processes_file: Path, client: CliSlurmClient, node: str, stop: threading.Event
+) -> None:
+    """Place the processes of jobs Slurm runs on `node` onto the agent's simulated GPUs,
+    through the placement file its `gpu.simulated_processes_file` names."""
     while not stop.is_set():
         try:
             jobs = [j for j in client.jobs(states=("RUNNING",)) if node in j.nodes]
         except Exception:  # the demo goes on if Slurm blinks
             jobs = []
-        placed: dict[int, int] = {}
+        placed = []
         slot = 0
         for job in sorted(jobs, key=lambda j: j.job_id):
             per_node = job.gpus_per_node or max(1, job.gpus // max(1, len(job.nodes)))
             for pid in _pids_of_job(job.job_id):
-                for k in range(per_node):
-                    if slot + k < len(reader.gpus):
-                        placed[pid] = slot + k
-                        reader.assign(
-                            pid, slot + k, memory_bytes=(20 + job.job_id % 40) << 30, sm_util=0.85
-                        )
+                placed += [
+                    {"pid": pid, "gpu": slot + k, "memory_bytes": (20 + job.job_id % 40) << 30,
+                     "sm_util": 0.85}
+                    for k in range(per_node)
+                    if slot + k < DEMO_GPUS
+                ]  # fmt: skip
             slot += per_node
-        for index in range(len(reader.gpus)):
-            busy = any(i == index for i in placed.values())
-            reader.set_gpu(index, util=0.9 if busy else 0.0, power_w=650.0 if busy else 70.0)
+        tmp = processes_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(placed))
+        tmp.replace(processes_file)  # the agent reads it whole or not at all
         stop.wait(2.0)
 
 
@@ -95,32 +101,38 @@ def _pids_of_job(job_id: int) -> list[int]:
     return pids
 
 
-def agent_config(root: Path, slurm_conf: Path, port: int, secret: Path):
-    """The demo agent's configuration. Its Slurm queries (job classes, thaw checks) go to
-    the demo cluster: no SLURM_CONF in the environment points there."""
-    from nodeagent.config import (  # noqa: PLC0415 - the demo imports the agent lazily
-        AgentConfig,
-        ExporterConfig,
-        GpuConfig,
-        JobsConfig,
-        ReportConfig,
+def agent_toml(
+    root: Path, slurm_conf: Path, port: int, secret: Path, metrics_port: int, processes: Path
+) -> str:
+    """The demo agent's agent.toml, as an admin would write it for node1 (with simulated
+    GPUs placed by `processes`). Its Slurm queries (job classes, thaw checks) go to the
+    demo cluster: no SLURM_CONF in the environment points there."""
+    return (
+        f'node_name = "node1"\ninterval_s = 2.0\nstate_file = "{root / "agent-state.json"}"\n'
+        f'[gpu]\nbackend = "simulated"\nsimulated_count = {DEMO_GPUS}\n'
+        f'simulated_processes_file = "{processes}"\n'
+        f'[exporter]\nlisten = "127.0.0.1"\nport = {metrics_port}\n'
+        f'[report]\nenabled = true\nservice_url = "http://127.0.0.1:{port}"\n'
+        f'secret_file = "{secret}"\ninterval_s = 6.0\nspool_dir = "{root / "spool"}"\n'
+        "backoff_max_s = 10.0\n"
+        f'[jobs]\nslurm_conf = "{slurm_conf}"\ntimeout_s = 20.0\n'
     )
 
-    return AgentConfig(
-        node_name="node1",
-        interval_s=2.0,
-        state_file=str(root / "agent-state.json"),
-        gpu=GpuConfig(backend="simulated", simulated_count=4),
-        exporter=ExporterConfig(listen="127.0.0.1", port=_free_port()),
-        report=ReportConfig(
-            enabled=True,
-            service_url=f"http://127.0.0.1:{port}",
-            secret_file=str(secret),
-            interval_s=6.0,
-            spool_dir=str(root / "spool"),
-        ),
-        jobs=JobsConfig(slurm_conf=str(slurm_conf), timeout_s=20.0),
-    )
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    """A daemon of the demo in its own session, logging to `log`; stopped by its PID."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def main() -> int:
@@ -131,17 +143,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
     args = ap.parse_args()
 
-    from nodeagent.agent import Agent
-    from nodeagent.energy import RaplReader
-    from nodeagent.exporter import serve as serve_agent_metrics
-    from nodeagent.gpu import SimulatedGpuReader
-    from nodeagent.report import ReportSender
-
     root = Path(tempfile.mkdtemp(prefix="slurm-ext-demo-"))
     _say(f"starting a local Slurm cluster (4 nodes x 4 GPUs) in {root}")
     cluster = LocalCluster(root=root / "cluster")
     cluster.start()
-    service = None
+    service = agent = None
     stop = threading.Event()
     threads: list[threading.Thread] = []
     try:
@@ -161,41 +167,33 @@ def main() -> int:
             "starvation_factor = 4.0\nmin_run_s = 30.0\n"
         )
         _say(f"starting the priority service: slurm-ext serve --config {config}")
-        service = subprocess.Popen(
+        service = _start(
             [sys.executable, "-m", "slurm_ext.cli", "serve", "--config", str(config)],
-            stdout=open(root / "service.log", "ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            root / "service.log",
         )
-        _say("starting a node agent for node1 (simulated GPUs following Slurm's allocation)")
-        agent_cfg = agent_config(root, cluster.conf_path, port, secret)
-        reader = SimulatedGpuReader(4)
-        agent = Agent(agent_cfg, reader, RaplReader(agent_cfg.energy.rapl_root))
-        agent.sender = ReportSender(
-            agent_cfg.report.service_url,
-            agent.node,
-            secret.read_bytes().strip(),
-            agent_cfg.report.spool_dir,
-            agent_cfg.report.spool_max_batches,
-            agent_cfg.report.timeout_s,
-            backoff_base_s=2.0,
-            backoff_max_s=10.0,
+        metrics_port = _free_port()
+        processes = root / "gpu-processes.json"
+        processes.write_text("[]")
+        agent_config = root / "agent.toml"
+        agent_config.write_text(
+            agent_toml(root, cluster.conf_path, port, secret, metrics_port, processes)
         )
-        server, _ = serve_agent_metrics(
-            agent,
-            agent_cfg.exporter.listen,
-            agent_cfg.exporter.port,
-            agent_cfg.exporter.jobstats_compat,
+        _say(f"starting a node agent for node1: slurm-ext-agent run --config {agent_config}")
+        agent = _start(
+            [sys.executable, "-m", "nodeagent.cli", "run", "--config", str(agent_config)],
+            root / "agent.log",
         )
         client = CliSlurmClient(slurm_conf=str(cluster.conf_path), timeout=20)
         threads = [
-            threading.Thread(target=agent.run, args=(stop,), daemon=True),
-            threading.Thread(target=_drive_gpus, args=(reader, client, "node1", stop), daemon=True),
+            threading.Thread(
+                target=_drive_gpus, args=(processes, client, "node1", stop), daemon=True
+            ),
         ]
         for t in threads:
             t.start()
         print(
-            f"agent metrics: http://127.0.0.1:{agent_cfg.exporter.port}/metrics   service metrics: http://127.0.0.1:{port}/metrics"
+            f"agent metrics: http://127.0.0.1:{metrics_port}/metrics   "
+            f"service metrics: http://127.0.0.1:{port}/metrics"
         )
 
         _say("submitting a mixed DL workload")
@@ -242,9 +240,8 @@ def main() -> int:
         stop.set()
         for t in threads:
             t.join(10)
-        if service is not None and service.poll() is None:
-            service.terminate()
-            service.wait(15)
+        _stop(agent)
+        _stop(service)
         cluster.stop()
 
 

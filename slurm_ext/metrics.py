@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from nodeagent.report import JobReport
 from slurm_ext.model import Decision
 from slurm_ext.report_listener import JobNodes, ListenerLimits, ReportListener
+from slurm_ext.reports import JobReport
 
 
 class ServiceMetrics:

@@ -133,6 +133,28 @@ class Node:
 
 
 @dataclass(frozen=True)
+class CompletedJob:
+    """A job that ran and ended, as Slurm's accounting has it (sacct or pyslurm.db): a
+    sample of the Gittins history and a row of a sacct trace. Times are unix seconds."""
+
+    job_id: int
+    gpus: int
+    submit_time: float
+    start_time: float
+    end_time: float
+    user: str = ""
+    partition: str = ""
+    name: str = ""
+    account: str = ""
+    time_limit_s: float | None = None  # None: unlimited or not known
+    comment: str = ""
+
+    @property
+    def run_s(self) -> float:
+        return self.end_time - self.start_time
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one service pass (or one simulator event) decides from."""
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nodeagent.report import (
+from slurm_ext.model import JobState
+from slurm_ext.reports import (
     NODE_HEADER,
     REPORTS_PATH,
     SIGNATURE_HEADER,
@@ -36,7 +37,6 @@ from nodeagent.report import (
     signature_shape_ok,
     verify,
 )
-from slurm_ext.model import JobState
 
 log = logging.getLogger("slurm_ext.service")
 

@@ -13,28 +13,41 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.config import choices, positive
-from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobView, Node
-from slurm_ext.policy import PolicyConfig, network_sensitive, place, rank
-from slurm_ext.policy.placement import consolidate_for
-from slurm_ext.policy.preemption import (
-    RunningJob,
-    WaitingJob,
-    choose_victims,
-    requeue_cost_gpu_s,
-)
+from slurm_ext.opportunistic_requeue import OpportunisticSection, requeue_overdue
+from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
-from slurm_ext.records import TERMINAL, fold_jobs, persisted_fields
+from slurm_ext.records import TERMINAL, fold, persisted_fields
+from slurm_ext.service_steps import (
+    job_view,
+    plan_placements,
+    preemption_victims,
+    same_decision,
+    waiting_inputs,
+    with_kinds,
+)
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
-from slurm_ext.slurm.history import sacct_completions
+from slurm_ext.slurm.history import completion_rows
 from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
 log = logging.getLogger("slurm_ext.service")
+# the pure steps, importable from here as before
+__all__ = [
+    "PassResult",
+    "Service",
+    "ServiceConfig",
+    "SlurmSection",
+    "job_view",
+    "plan_placements",
+    "preemption_victims",
+    "same_decision",
+    "with_kinds",
+]
 
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
 
@@ -80,6 +93,7 @@ class ServiceConfig:
     slurm: SlurmSection = field(default_factory=SlurmSection)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
+    opportunistic: OpportunisticSection = field(default_factory=OpportunisticSection)
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -112,157 +126,6 @@ class PassResult:
     placements: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
-# ---- pure pieces ----------------------------------------------------------------------
-
-
-def _decision_key(d: DecisionRecord) -> tuple:
-    return (d.rank, d.queue, d.gittins, d.promoted, d.reason, d.value, d.mode, d.placement,
-            d.group, d.group_samples, d.slurm_reason)  # fmt: skip
-
-
-def with_kinds(
-    completions: Sequence[tuple[int, float, float, float]],
-    jobs: Sequence[Job],
-    records: dict[int, JobRecord],
-) -> list[tuple]:
-    """Completions with each job's kind (user, name, account, time limit) from the
-    snapshot, or from its record when it is gone from Slurm (no account or limit then)."""
-    by_id = {j.job_id: j for j in jobs}
-    out: list[tuple] = []
-    for c in completions:
-        job = by_id.get(c[0])
-        if job is not None:
-            out.append((*c, job.user, job.name, job.account, job.time_limit_s))
-        elif (rec := records.get(c[0])) is not None:
-            out.append((*c, rec.user, rec.name, "", None))
-        else:
-            out.append(tuple(c))
-    return out
-
-
-def job_view(job: Job, rec: JobRecord, now: float) -> JobView:
-    return JobView(
-        job_id=job.job_id,
-        gpus=max(1, job.gpus),
-        submit_time=job.submit_time,
-        attained_gpu_s=rec.attained_gpu_s(now),
-        executed_s=rec.executed_s(now),
-        running=job.running,
-        # the policy reads the current stint for a running job, the last one for a waiting job
-        last_run_s=(now - rec.run_start) if rec.run_start is not None else rec.last_run_s,
-        waiting_since=rec.waiting_since,
-        user=job.user,
-        partition=job.partition,
-        model_tag=rec.model_tag,
-        promoted_at_gpu_s=rec.promoted_at_gpu_s if job.running else None,
-        job_name=job.name,
-        account=job.account,
-        time_limit_s=job.time_limit_s,
-    )
-
-
-def preemption_victims(
-    decisions: Sequence[Decision],
-    by_id: dict[int, Job],
-    nodes: Sequence[Node],
-    pins: Collection[int],
-    now: float,
-    policy: PolicyConfig,
-    placement_mode: str,
-) -> tuple[int | None, list[int]]:
-    """The best waiting job and the running jobs to requeue for it, worst first.
-
-    Eligible: Slurm may requeue it (--requeue) and it opted in (`checkpoint=1`), not
-    pinned, past min_run_s. A running job's GPUs per node: its per-node request, else its
-    GPUs spread evenly over its nodes (Slurm's JSON carries no per-node split).
-    """
-    waiting = [d for d in decisions if by_id[d.job_id].pending and not by_id[d.job_id].held]
-    if not waiting:
-        return None, []
-    top, top_rank = by_id[waiting[0].job_id], waiting[0].rank
-    free = {n.name: n.gpus_free for n in nodes if n.schedulable}
-    below = []
-    for d in reversed(decisions):
-        job = by_id[d.job_id]
-        if d.rank <= top_rank or not job.running:
-            continue
-        ran = now - (job.start_time if job.start_time is not None else now)
-        lost = 0.0
-        if policy.preemption_cost:  # its stint restarted from a checkpoint: count from there
-            lost = requeue_cost_gpu_s(
-                job.gpus, ran, policy.preemption_checkpoint_s, policy.preemption_restart_s
-            )
-        below.append(
-            RunningJob(
-                job.job_id,
-                tuple((n, g) for n, g in _per_node(job) if n in free),
-                job.requeue and parse_hints(job.comment).checkpoint,
-                ran,
-                job.job_id in pins,
-                lost_gpu_s=lost,
-                preemptions=job.restart_count or 0,
-            )
-        )
-    model = parse_hints(top.comment).model
-    gain = None
-    if policy.preemption_cost:  # the wait it has paid so far (rent or buy)
-        gain = top.gpus * max(0.0, now - top.submit_time)
-    want = WaitingJob(
-        top.job_id,
-        top.gpus,
-        consolidate_for(placement_mode, network_sensitive(model)),
-        gain_gpu_s=gain,
-    )
-    capacity = max((n.gpus for n in nodes), default=0)
-    return top.job_id, choose_victims(
-        want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
-    )
-
-
-def _per_node(job: Job) -> list[tuple[str, int]]:
-    if not job.nodes:
-        return []
-    if job.gpus_per_node:
-        return [(n, job.gpus_per_node) for n in job.nodes]
-    share, extra = divmod(job.gpus, len(job.nodes))
-    return [(n, share + (1 if i < extra else 0)) for i, n in enumerate(job.nodes)]
-
-
-def plan_placements(
-    ranked_pending: Sequence[Job], nodes: Sequence[Node], mode: str
-) -> dict[int, tuple[str, ...] | None]:
-    """Node sets for pending jobs that can start now, in rank order; None: no hint.
-
-    Only per-job GPU requests (--gpus=N) and single-node jobs get hints: rewriting the
-    node count of a per-node request would change how many GPUs it gets.
-    """
-    free = {n.name: n for n in nodes if n.schedulable}
-    out: dict[int, tuple[str, ...] | None] = {}
-    for job in ranked_pending:
-        if job.gpus <= 0:
-            continue
-        cands = place(
-            job.job_id,
-            job.gpus,
-            list(free.values()),
-            mode=mode,
-            model_tag=parse_hints(job.comment).model,
-        )
-        hintable = job.gpus > 1 and (job.gpus_per_node == 0 or job.num_nodes == 1)
-        if not cands:
-            out[job.job_id] = None
-            continue
-        best = cands[0]
-        out[job.job_id] = best.nodes if hintable else None
-        need = job.gpus
-        for name in best.nodes:  # take the GPUs so later jobs see what is left
-            n = free[name]
-            take = min(n.gpus_free, need)
-            free[name] = replace(n, gpus_alloc=n.gpus_alloc + take)
-            need -= take
-    return out
-
-
 # ---- the shell ----------------------------------------------------------------------
 
 
@@ -288,6 +151,7 @@ class Service:
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
         self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
+        self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
         self._wal_warned_at = -1e9
         self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
 
@@ -308,47 +172,86 @@ class Service:
         return not self.config.partitions or job.partition in self.config.partitions
 
     def run_pass(self, now: float | None = None) -> PassResult:
+        """One pass: read Slurm, fold it into the records, rank, write what must change,
+        remember the decisions. Each step below is one of these."""
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
         self._import_history(now)
         jobs = self.client.jobs(states=ACTIVE + TERMINAL)
         nodes = self.client.nodes()
-        old_records, stored = self._load()
-        records, completions = fold_jobs(old_records, jobs, now, self._promoted)
-        # a reused job id: what was written for the old job says nothing about the new one
-        stored_all = stored
-        stored = {
-            j: d
-            for j, d in stored.items()
-            if j not in old_records
-            or j not in records
-            or records[j].submit_time == old_records[j].submit_time
-        }
+        records, stored = self._fold(jobs, now)
+        active = [j for j in jobs if j.state.active and self.managed(j)]
+        decisions = self._rank(active, records, now)
+        res.decisions, res.ranked = decisions, len(decisions)
+        by_id = {j.job_id: j for j in active}
+        self._rewritten &= by_id.keys()  # forget jobs that left the queue
+        values, placed = self._act(res, decisions, by_id, nodes, stored)
+        self._remember(decisions, by_id, stored, values, placed, now)
+        self._save_nodes(nodes)
+        self._finish(res, t0)
+        return res
+
+    def _fold(
+        self, jobs: Sequence[Job], now: float
+    ) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
+        """Fold the snapshot into the attained-service records and persist the records
+        that changed (with the completions); the records, and the stored decisions that
+        still concern the same jobs (a reused job id: what was written for the old job
+        says nothing about the new one)."""
+        old, stored = self._load()
+        f = fold(old, jobs, now, self._promoted)
+        records = f.records
+        changed = {j: records[j] for j in f.changed}
         self.store.save_jobs(
-            [
-                r
-                for j, r in records.items()
-                if persisted_fields(r) != persisted_fields(old_records.get(j))
-            ],
-            with_kinds(completions, jobs, records),
+            [r for j, r in changed.items() if persisted_fields(r) != persisted_fields(old.get(j))],
+            with_kinds(f.completions, jobs, records),
         )
         self._records = {j: r for j, r in records.items() if not r.done}
+        reused = [j for j in changed if j in old and records[j].submit_time != old[j].submit_time]
+        if reused:
+            stored = {j: d for j, d in stored.items() if j not in reused}
+        return records, stored
+
+    def _rank(
+        self, active: Sequence[Job], records: dict[int, JobRecord], now: float
+    ) -> list[Decision]:
+        """The policy's order of the managed active jobs (the simulator's `rank`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
-        active = [j for j in jobs if j.state.active and self.managed(j)]
-        views = [job_view(j, records[j.job_id], now) for j in active]
+        views = []
+        reused: dict[int, tuple[tuple, JobView]] = {}
+        for job in active:
+            rec = records[job.job_id]
+            if rec.run_start is not None or job.running:
+                views.append(job_view(job, rec, now))
+                continue
+            key = waiting_inputs(job, rec)
+            last = self._views.get(job.job_id)
+            view = last[1] if last is not None and last[0] == key else job_view(job, rec, now)
+            reused[job.job_id] = (key, view)
+            views.append(view)
+        self._views = reused  # waiting jobs' views, for the next pass
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         decisions = rank(views, now, policy, history or None)
-        res.decisions, res.ranked = decisions, len(decisions)
         self._promoted = {d.job_id for d in decisions if d.promoted}
-        by_id = {j.job_id: j for j in active}
-        self._rewritten &= by_id.keys()  # forget jobs that left the queue
+        return decisions
+
+    def _act(
+        self,
+        res: PassResult,
+        decisions: Sequence[Decision],
+        by_id: dict[int, Job],
+        nodes: Sequence[Node],
+        stored: dict[int, DecisionRecord],
+    ) -> tuple[dict[int, int], dict[int, tuple[str, ...] | None]]:
+        """Write the values, placements and requeues this order asks for (planned only,
+        in a dry run); what took: (values, placements) of the jobs written this pass."""
         pins = self.store.pins()
         targets = [
-            by_id[d.job_id]
+            job
             for d in decisions
-            if by_id[d.job_id].pending and not by_id[d.job_id].held and d.job_id not in pins
+            if (job := by_id[d.job_id]).pending and not job.held and d.job_id not in pins
         ]
         current = self._current_values(targets, stored)
         desired = assign_values(
@@ -358,61 +261,92 @@ class Service:
         placements: dict[int, tuple[str, ...] | None] = {}
         if self.config.placement:
             placements = plan_placements(targets, nodes, self.config.placement_mode)
-        written: dict[int, int | None] = {
-            j: (stored[j].value if j in stored else None) for j in by_id
-        }
-        placed: dict[int, tuple[str, ...] | None] = {
-            j: (stored[j].placement if j in stored else None) for j in by_id
-        }
-        if not self.dry_run:
-            try:
-                written.update(self._write_values(res, res.planned))
-                for job_id, nodes_ in placements.items():
-                    if nodes_ != placed.get(job_id) and self._write(
-                        res, self._set_placement, job_id, nodes_
-                    ):
-                        placed[job_id] = nodes_
-                if self.config.preemption == "requeue":
-                    self._preempt(res, decisions, by_id, nodes, pins)
-            except SlurmUnavailable as exc:
-                # the rest would each wait for the same timeout; what was not recorded
-                # as written is written again next pass (same values: harmless)
-                res.errors += 1
-                log.warning("slurmctld stopped answering; writes resume next pass: %s", exc)
         res.placements = {j: p for j, p in placements.items() if p}
+        values: dict[int, int] = {}
+        placed: dict[int, tuple[str, ...] | None] = {}
+        if self.dry_run:
+            return values, placed
+        try:
+            values.update(self._write_values(res, res.planned))
+            for job_id, nodes_ in placements.items():
+                now_placed = stored[job_id].placement if job_id in stored else None
+                if nodes_ != now_placed and self._write(res, self._set_placement, job_id, nodes_):
+                    placed[job_id] = nodes_
+            if self.config.preemption == "requeue":
+                self._preempt(res, decisions, by_id, nodes, pins)
+            res.requeued += requeue_overdue(
+                [j for j in by_id.values() if j.job_id not in res.requeued],
+                self.store.reports,
+                res.started_at,
+                self.config.opportunistic,
+                lambda job_id: self._write(res, self.client.requeue, job_id),
+            )
+        except SlurmUnavailable as exc:
+            # the rest would each wait for the same timeout; what was not recorded
+            # as written is written again next pass (same values: harmless)
+            res.errors += 1
+            log.warning("slurmctld stopped answering; writes resume next pass: %s", exc)
+        return values, placed
+
+    def _remember(
+        self,
+        decisions: Sequence[Decision],
+        by_id: dict[int, Job],
+        stored: dict[int, DecisionRecord],
+        values: dict[int, int],
+        placed: dict[int, tuple[str, ...] | None],
+        now: float,
+    ) -> None:
+        """Store this pass's decisions: only those that differ from the stored ones, and
+        drop those of jobs that left. A job's value and placement are what this pass
+        wrote, else what was stored. A decision keeps the time it was made while only its
+        rank moves (every waiting job's rank moves when a running one passes it): that
+        is one cheap rank update, not a new row."""
+        mode = self.config.mode
         fresh: dict[int, DecisionRecord] = {}
+        new: list[DecisionRecord] = []
+        moved: list[DecisionRecord] = []
         for d in decisions:
-            rec = DecisionRecord(
-                job_id=d.job_id,
+            j = d.job_id
+            old = stored.get(j)
+            value = values.get(j, old.value if old is not None else None)
+            placement = placed[j] if j in placed else (old.placement if old is not None else None)
+            slurm_reason = by_id[j].reason
+            if old is not None and same_decision(old, d, value, mode, placement, slurm_reason):
+                if old.rank != d.rank:
+                    old = old.reranked(d.rank)
+                    moved.append(old)
+                fresh[j] = old
+                continue
+            fresh[j] = rec = DecisionRecord(
+                job_id=j,
                 rank=d.rank,
                 queue=d.queue,
                 gittins=d.index,
                 promoted=d.promoted,
                 reason=d.reason,
-                value=written.get(d.job_id),
-                mode=self.config.mode,
-                placement=placed.get(d.job_id),
+                value=value,
+                mode=mode,
+                placement=placement,
                 decided_at=now,
                 group=d.group,
                 group_samples=d.group_samples,
-                slurm_reason=by_id[d.job_id].reason,
+                slurm_reason=slurm_reason,
             )
-            old = stored.get(d.job_id)
-            same = old is not None and _decision_key(old) == _decision_key(rec)
-            fresh[d.job_id] = old if same else rec
-        self.store.save_decisions(
-            [r for j, r in fresh.items() if r is not stored.get(j)],
-            drop=[j for j in stored_all if j not in fresh],
-        )
+            new.append(rec)
+        previous = self._decisions or {}
+        self.store.save_decisions(new, drop=[j for j in previous if j not in fresh], moved=moved)
         self._decisions = fresh
-        self._save_nodes(nodes)
+
+    def _finish(self, res: PassResult, t0: float) -> None:
+        """Record the pass, fold the store's WAL back, report it."""
         res.duration_s = time.monotonic() - t0
         self.store.record_pass(
-            now, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
+            res.started_at, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
         self._checkpoint()
         if self.metrics is not None:
-            self.metrics.observe_pass(res, decisions)
+            self.metrics.observe_pass(res, res.decisions)
         log.info(
             "pass: %d jobs ranked, %d writes%s, %d errors, %d requeued, %.3fs",
             res.ranked,
@@ -422,7 +356,6 @@ class Service:
             len(res.requeued),
             res.duration_s,
         )
-        return res
 
     def _save_nodes(self, nodes: Sequence[Node]) -> None:
         """Keep the nodes' GPU states for the user view; written only when they change."""
@@ -445,31 +378,27 @@ class Service:
             )
 
     def _import_history(self, now: float) -> None:
-        """Refresh completions from sacct when due; never fails the pass."""
+        """Refresh completions from Slurm's accounting (sacct or pyslurm.db, through the
+        client) when due; never fails the pass."""
         source = self.config.history_source
         if source == "store" or now < self._next_sacct:
             return
         self._next_sacct = now + self.config.sacct_refresh_s
         try:
-            rows = sacct_completions(
-                self.config.sacct_days,
-                self.config.slurm.slurm_conf,
-                self.config.slurm.timeout_s,
-                now=now,
-            )
+            rows = completion_rows(self.client.completed_jobs(now - self.config.sacct_days * 86400))
         except SlurmError as exc:
             if source == "sacct":
-                log.error("sacct history unavailable, using the store's history: %s", exc)
+                log.error("accounting history unavailable, using the store's history: %s", exc)
             else:
                 log.info(
-                    "no sacct history (%s); the Gittins distribution uses jobs the service saw",
+                    "no accounting history (%s); the Gittins distribution uses jobs the service saw",
                     exc.message,
                 )
                 self._next_sacct = float("inf")  # auto: accounting is off here, stop asking
             return
         added = self.store.add_completions(rows, "sacct")
         log.info(
-            "sacct history: %d GPU jobs in the last %.0f days, %d new",
+            "accounting history: %d GPU jobs in the last %.0f days, %d new",
             len(rows),
             self.config.sacct_days,
             added,

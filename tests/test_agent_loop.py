@@ -16,7 +16,7 @@ from nodeagent.energy import RaplReader
 from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.report import ReportSender
-from nodeagent.testing import BUSY, cpu_used_during
+from nodeagent.testing import BUSY, cpu_used_during, runs
 
 GIB = 2**30
 
@@ -77,13 +77,18 @@ def test_attribution_pause_resume_end_to_end(tmp_path, cg):
     sim.assign(g_pid, 0, 10 * GIB, 0.8)
     assert agent.step() == []
     assert 502 in agent.coloc.paused
+    # its report says since when (the service requeues long pauses), the other's nothing
+    paused_at = agent.accounts[502].paused_since
+    assert paused_at == clock() - 5 and agent.accounts[501].paused_since is None
+    assert agent.accounts[502].report("n", final=False).paused_since == paused_at
 
     # guaranteed idles: resumed, and it runs again
     clock.t += 5
     sim.assign(g_pid, 0, 10 * GIB, 0.0)
     actions = agent.step()
     assert [(a.kind, a.job_id, a.code) for a in actions] == [("resume", 502, "idle")]
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert agent.accounts[502].paused_since is None
+    assert runs([o_pid])
 
     acc = agent.accounts[501]
     assert acc.gpu_seconds == pytest.approx(15.0)
@@ -132,7 +137,7 @@ def test_shutdown_resumes_paused_jobs(tmp_path, cg):
     stop.set()
     agent.run(stop)  # stop already set: no sample, straight to the shutdown path
     assert agent.coloc.paused == {}
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert runs([o_pid])
     assert json.loads((tmp_path / "state.json").read_text())["paused"] == []
 
 
@@ -145,7 +150,7 @@ def test_restart_recovers_paused_jobs_and_keeps_counters(tmp_path, cg):
     assert before > 0
     del agent  # a crash: no shutdown path ran
     again = make_agent(tmp_path, clock, sim)  # start-up recovery
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert runs([o_pid])
     assert again.coloc.paused == {}
     assert again.coloc.action_counts[("resume", "recovery")] == 1
     assert again.accounts[601].gpu_energy_j == pytest.approx(before)
@@ -216,7 +221,7 @@ def test_progress_drop_pauses_the_opportunistic_job_until_the_guaranteed_one_end
     sim.assign(o_pid, 0, GIB, 0.3)  # the opportunistic job joins; GPU util of 801 stays 0.8
     assert run_for(5, 100) == []
     assert 802 not in agent.coloc.paused
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert runs([o_pid])
     assert run_for(5, 40) == [("pause", 802, "progress")]  # 40/s < 0.7 x 100/s
     cpu_used_during([o_pid], 0.1)
     assert cpu_used_during([o_pid], 0.4) < 0.02  # really stopped
@@ -232,7 +237,7 @@ def test_progress_drop_pauses_the_opportunistic_job_until_the_guaranteed_one_end
     proc.kill()  # the guaranteed job ends
     proc.wait()
     assert run_for(1, 0) == [("resume", 802, "idle")]
-    assert cpu_used_during([o_pid], 0.3) > 0.1
+    assert runs([o_pid])
     assert 801 not in agent.coloc.state.solo_rate and 801 not in agent.coloc.progress.jobs
 
 

@@ -14,13 +14,7 @@ from test_agent_loop import Clock, make_agent
 
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.progress import PROGRESS_ENV, ProgressReader
-from nodeagent.testing import BUSY, cpu_used_during
-
-
-def runs(pid: int) -> bool:
-    """A busy process got CPU: tolerant of a shared 2-core machine (a frozen one gets 0)."""
-    return cpu_used_during([pid], 1.0) > 0.02
-
+from nodeagent.testing import BUSY, runs
 
 GIB = 2**30
 
@@ -100,4 +94,4 @@ def test_pausing_and_resuming_go_on_while_a_progress_read_hangs(tmp_path, hung, 
     assert not caller.is_alive(), "the agent's loop blocked on the progress file"
     assert result[0] == ["pause"] and result[1] == ["resume"]
     assert result[2][1] < 0.5  # the resume did not wait on the hung read
-    assert runs(o_pid)
+    assert runs([o_pid])

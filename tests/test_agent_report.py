@@ -9,15 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nodeagent.report import (
+from nodeagent.report import ReportError, ReportSender, post_reports
+from slurm_ext.reports import (
     SIGNATURE_HEADER,
     JobReport,
-    ReportError,
-    ReportSender,
     SecretFileError,
     decode_reports,
     encode_reports,
-    post_reports,
     read_secret,
     sign,
     verify,

@@ -130,3 +130,23 @@ def test_a_lost_site_factor_is_written_again_once(tmp_path):
     assert client.writes == 1
     svc.run_pass(120.0)  # an admin-fixed priority: not rewritten every pass
     assert client.writes == 1
+
+
+def test_the_simulator_and_the_service_hold_the_same_value_for_the_same_stints():
+    """One value type: a SimJob's stints and the service's folded snapshots of the same
+    job give equal `Attained` values (closed totals, open stint, promotion)."""
+    from slurm_ext.sim.simjob import SimJob
+    from slurm_ext.sim.traces import TraceJob
+
+    sim = SimJob(TraceJob(job_id=1, gpus=4, submit_time=0.0, duration_s=500.0), False)
+    recs, _ = fold_jobs({}, [_job(1, "PENDING", gpus=4, submit_time=0.0)], now=5)
+    sim.begin_stint(10.0, promoted=True)
+    recs, _ = fold_jobs(recs, [_job(1, "RUNNING", gpus=4, start=10, submit_time=0.0)], now=12,
+                        promoted={1})  # fmt: skip
+    assert recs[1].attained == sim.service and sim.promoted_at == 0.0
+    sim.end_stint(70.0)
+    recs, _ = fold_jobs(
+        recs, [_job(1, "COMPLETED", gpus=4, start=10, end=70, submit_time=0.0)], now=75
+    )
+    assert recs[1].attained == sim.service
+    assert (sim.attained, sim.executed, sim.last_run, sim.promoted_at) == (240.0, 60.0, 60.0, None)

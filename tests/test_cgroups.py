@@ -20,7 +20,7 @@ from nodeagent.cgroups import (
     read_mounts,
     scan_jobs,
 )
-from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during
+from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during, runs
 
 V1_SLURM = """12:freezer:/slurm/uid_1000/job_4242/step_batch/task_0
 11:memory:/slurm/uid_1000/job_4242/step_batch/task_0
@@ -105,14 +105,14 @@ def test_real_mapping_pause_resume(cg):
     assert jobs[9102].pids == [other]
     assert not jobs[9101].from_environ
     assert job_slurm_env(jobs[9101].pids)["SLURM_JOB_QOS"] == "scavenger"
-    assert cpu_used_during(busy, 0.3) > 0.1
+    assert runs(busy)
     freezer = JobFreezer(MOUNTS)
     rec = freezer.pause(jobs[9101])
     assert rec.method == ("cgroup-v1" if cg.version == 1 else "cgroup-v2")
     cpu_used_during(busy, 0.1)  # let the freeze settle
     assert cpu_used_during(busy, 0.4) < 0.02
     assert freezer.resume(rec)
-    assert cpu_used_during(busy, 0.3) > 0.1
+    assert runs(busy)
 
 
 def test_environ_fallback_and_sigstop(tmp_path):
@@ -128,7 +128,7 @@ def test_environ_fallback_and_sigstop(tmp_path):
         cpu_used_during([p.pid], 0.05)
         assert cpu_used_during([p.pid], 0.3) < 0.02
         assert freezer.resume(rec)
-        assert cpu_used_during([p.pid], 0.3) > 0.1
+        assert runs([p.pid])
     finally:
         os.kill(p.pid, 18)  # SIGCONT, in case an assertion left it stopped
         p.kill()

@@ -43,15 +43,17 @@ def test_queue_shows_state_codes_and_durations(live, tmp_path: Path) -> None:
     wait_for(
         lambda: f"{running} RUNNING" in c.run("squeue", "-h", "-o", "%i %T"), what="blocker runs"
     )
-    # Slurm itself says "None" for a new pending job until its scheduler has looked at it
-    wait_for(
-        lambda: (
-            c.run("squeue", "-h", "-j", str(pending), "-o", "%r").strip()
-            in ("Resources", "Priority")
-        ),
-        what="Slurm gives the waiting job a reason",
-    )
-    slurm_ext(c, "serve", "--once", "--config", str(config))
+    # Slurm says "None" for a pending job until its scheduler has looked at it, and again
+    # after a write to it (25.11): a second pass, once it has a reason, stores that reason
+    for _ in range(2):
+        wait_for(
+            lambda: (
+                c.run("squeue", "-h", "-j", str(pending), "-o", "%r").strip()
+                in ("Resources", "Priority")
+            ),
+            what="Slurm gives the waiting job a reason",
+        )
+        slurm_ext(c, "serve", "--once", "--config", str(config))
 
     rows = {r["job_id"]: r for r in json.loads(slurm_ext(c, "queue", "--json", "--config", str(config)))["jobs"]}  # fmt: skip
     assert (rows[running]["state"], rows[running]["state_code"]) == ("RUNNING", "R")

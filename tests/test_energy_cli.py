@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeagent.report import JobReport
 from slurm_ext.cli import main
+from slurm_ext.reports import JobReport
 from slurm_ext.store import JobRecord, Store
 
 GIB = 2**30

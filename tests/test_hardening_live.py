@@ -26,10 +26,11 @@ from nodeagent.agent import Agent
 from nodeagent.cgroups import read_proc_stat
 from nodeagent.config import AgentConfig
 from nodeagent.gpu import SimulatedGpuReader
-from nodeagent.report import SIGNATURE_HEADER, encode_reports, sign
 from slurm_ext import demo
+from slurm_ext.config import load_config
 from slurm_ext.metrics import ServiceMetrics, serve_http
 from slurm_ext.report_listener import SlurmJobNodes
+from slurm_ext.reports import SIGNATURE_HEADER, encode_reports, sign
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.store import Store
 from slurm_ext.testing.cluster import LocalCluster
@@ -202,7 +203,11 @@ def test_a_node_cannot_report_for_a_job_slurm_ran_elsewhere(tmp_path, live, jobs
 def test_the_demo_agent_asks_the_demo_clusters_slurm(tmp_path, live, jobs, monkeypatch):
     monkeypatch.delenv("SLURM_CONF", raising=False)
     job, _ = jobs.submit("-w", "node1")
-    cfg = demo.agent_config(tmp_path, live.conf_path, 1, tmp_path / "secret")
+    toml = tmp_path / "agent.toml"
+    toml.write_text(
+        demo.agent_toml(tmp_path, live.conf_path, 1, tmp_path / "secret", 2, tmp_path / "p.json")
+    )
+    cfg = load_config(AgentConfig, toml)  # the file the demo's agent process reads
     agent = Agent(cfg, SimulatedGpuReader(4), None)
     assert agent.job_info is not None
     answer = agent.job_info.lookup([job], 0.0)  # was: "Could not establish a configuration"

@@ -91,7 +91,7 @@ def test_composed_gittins_key_and_guard():
     assert key_and_change(*args, fair_share=0.5)[0][2] == -5000.0
     assert index_site_factor(1 / 60) == 1.0 and index_site_factor(1e-12) == 0.0
     assert index_site_factor(1 / 6000) == pytest.approx(1 - 2 / 6)
-    guarded = replace(cfg, wait_guard_factor=1.0)
+    guarded = replace(cfg, wait_guard_factor=1.0, fairshare_guard="promote")
     from slurm_ext.policy.gittins import GittinsTable
 
     table = GittinsTable.from_samples([100.0] * 50, 60.0, 4)
@@ -125,6 +125,10 @@ def test_fairshare_lets_a_light_user_past_a_heavy_users_backlog():
     # FIFO: behind the 10 heavy jobs still queued; fair-share: the next free node
     assert wait("fifo") >= 4 * 3600
     assert wait("fairshare") <= 3600
+    # the ranking composed as a site would (a bounded SiteFactor, the guard inside it)
+    composed = PolicyConfig(fairshare_site_weight=1000.0, fairshare_guard="site")
+    jobs = Simulator(trace, composed, cl).run()
+    assert jobs[-1].first_start - light.submit_time <= 3600
 
 
 def test_flooder_is_added_in_bursts_mid_trace():
@@ -145,3 +149,35 @@ def test_config_rejects_bad_fairshare_settings():
     with pytest.raises(ValueError, match="fairshare"):
         PolicyConfig(fairshare_site_weight=-1)
     assert math.isclose(PolicyConfig().fairshare_half_life_s, 7 * DAY)
+
+
+def test_site_guard_gives_the_top_site_factor_which_fair_share_can_outweigh():
+    """fairshare_guard "site": a guarded job's SiteFactor share is 1 (not a jump over
+    every job), so a light user's fresh job still passes a heavy user's guarded one."""
+    from slurm_ext.policy.gittins import GittinsTable
+
+    cfg = PolicyConfig(
+        fairshare_site_weight=1000.0, fairshare_guard="site", min_run_s=0, wait_guard_factor=1.0
+    )
+    table = GittinsTable.from_samples([100.0] * 50, 60.0, 4)
+    now = 1e4  # the heavy user's job waited 10^4 s >> 1 x its ~100 s predicted run
+    heavy = JobView(job_id=1, gpus=1, submit_time=0.0, user="heavy")
+    light = JobView(job_id=2, gpus=1, submit_time=now - 1, user="light")
+    fs = {"heavy": 0.5}  # 5000 points of fair-share below the light user
+    key = key_and_change(
+        cfg, table, now, 1, 1, 0.0, 0.0, 0.0, False, 0.0, None, None, None, fair_share=0.5
+    )[0]
+    age = multifactor_priority(now, 0.5, 1000, 10000, 7 * DAY)
+    assert key[2] == -(age + 1000.0)  # Slurm's priority + the whole site weight
+    order = rank([heavy, light], now, cfg, history=table, fair_share=fs)
+    assert [d.job_id for d in order] == [2, 1]
+    assert "composed with Slurm's priority" in order[0].reason
+    # the same users under guard "promote": the guarded job jumps the light user's
+    promote = replace(cfg, fairshare_guard="promote")
+    order = rank([heavy, light], now, promote, history=table, fair_share=fs)
+    assert [d.job_id for d in order] == [1, 2]
+    assert "wait guard" in order[0].reason
+    # between jobs of one user the site term still orders: the guarded one first
+    fresh = JobView(job_id=3, gpus=1, submit_time=now - 1, user="heavy")
+    order = rank([fresh, heavy], now, cfg, history=table, fair_share=fs)
+    assert [d.job_id for d in order] == [1, 3]

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeagent.report import JobReport
 from slurm_ext.cli.predict import predict
 from slurm_ext.config import ConfigError, from_dict, load_config
 from slurm_ext.model import Job, JobState, Node
@@ -27,6 +26,7 @@ from slurm_ext.predict.from_store import (
     samples_from_reports,
 )
 from slurm_ext.predict.table import TableRow, load_table, render_table
+from slurm_ext.reports import JobReport
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.store import JobRecord, Store
 from slurm_ext.testing.replay import ReplayClient

@@ -15,8 +15,8 @@ from slurm_ext.replay import payload
 from slurm_ext.replay.metrics import KEYS, add_ratios, summarize
 from slurm_ext.replay.plan import TARGET_WALL_S, PlanError, auto_speedup, plan, sbatch_args, shape
 from slurm_ext.replay.records import SqueuePoller, parse_sacct
-from slurm_ext.replay.service import scaled_policy, write_config
-from slurm_ext.replay.slurmconf import replay_conf
+from slurm_ext.replay.service import scaled_policy, with_requeue_hold, write_config
+from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, replay_conf
 from slurm_ext.service import ServiceConfig
 from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob
@@ -122,13 +122,14 @@ def test_service_config_is_scaled_and_loads(tmp_path: Path) -> None:
     assert cfg.preemption == "requeue" and cfg.partitions == ["gpu"] and cfg.port == 0
     assert cfg.interval_s == 1.0
     base = PolicyConfig()
-    assert cfg.policy == scaled_policy(base, 100.0)
+    assert cfg.policy == scaled_policy(with_requeue_hold(base, 100.0), 100.0)
     assert cfg.policy.min_run_s == base.min_run_s / 100.0
     assert cfg.policy.queue_thresholds_gpu_s[0] == base.queue_thresholds_gpu_s[0] / 100.0
     # every time the requeue cost rule reads is in wall seconds too, and the rule is told
     # how often the replay's jobs checkpoint (unscaled, it assumed 900 wall s: at speedup
     # 1,500 that is 15 days of trace time lost per requeue, and it almost never requeued)
-    assert cfg.policy.preemption_restart_s == base.preemption_restart_s / 100.0
+    # the restart cost includes Slurm's hold of a requeued job (cred_expire + 1 wall s)
+    assert cfg.policy.preemption_restart_s == base.preemption_restart_s / 100.0 + REQUEUE_HOLD_S
     assert cfg.policy.preemption_checkpoint_s == base.preemption_checkpoint_s / 100.0
     path = write_config(
         tmp_path / "c.toml", "/x/slurm.conf", "gpu", 100.0, True, checkpoint_interval_s=1800.0

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurm_ext.model import Job, JobState, Node
-from slurm_ext.service import fold_jobs, plan_placements
+from slurm_ext.records import fold_jobs
+from slurm_ext.service import plan_placements
 from slurm_ext.store import SCHEMA_VERSION, Store, StoreError
 from slurm_ext.writeback import assign_values, changed
 
@@ -161,32 +162,40 @@ SACCT_OUT = """JobIDRaw|Submit|Start|End|AllocTRES|User|Partition|JobName
 
 
 def test_sacct_history_keeps_gpu_jobs_with_their_gpu_seconds(tmp_path):
-    from slurm_ext.slurm.history import sacct_completions
+    from datetime import datetime
+
+    from slurm_ext.slurm import CliSlurmClient
+    from slurm_ext.slurm.history import completion_rows
 
     fake = tmp_path / "sacct"
     (tmp_path / "out.txt").write_text(SACCT_OUT)
-    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "argv"}\ncat {tmp_path / "out.txt"}\n')
     fake.chmod(0o755)
-    rows = sacct_completions(30, bin_dir=str(tmp_path))
+    rows = completion_rows(CliSlurmClient(bin_dir=str(tmp_path)).completed_jobs(1.8e9))
     by_id = {r[0]: r for r in rows}
     assert sorted(by_id) == [101, 104]  # steps, CPU-only and never-started jobs are left out
     assert by_id[101][1:3] == (2 * 3600.0, 3600.0)
     assert by_id[104][1:3] == (4 * 1800.0, 1800.0)
+    # the End sacct gives, not submit + run (which would drop the 5-minute wait)
+    assert by_id[101][3] == datetime.fromisoformat("2026-11-01T11:05:00").timestamp()
+    argv = (tmp_path / "argv").read_text()
+    since = datetime.fromtimestamp(1.8e9).strftime("%Y-%m-%dT%H:%M:%S")
+    assert f"--starttime={since}" in argv and "--allocations" in argv
 
 
 def test_sacct_failure_is_a_slurm_error_with_its_message(tmp_path):
+    from slurm_ext.slurm import CliSlurmClient
     from slurm_ext.slurm.client import SlurmError
-    from slurm_ext.slurm.history import sacct_completions
 
     fake = tmp_path / "sacct"
     fake.write_text("#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n")
     fake.chmod(0o755)
     with pytest.raises(SlurmError, match="accounting storage is disabled"):
-        sacct_completions(30, bin_dir=str(tmp_path))
+        CliSlurmClient(bin_dir=str(tmp_path)).completed_jobs(0.0)
 
 
 def test_store_keeps_the_newest_cumulative_report(tmp_path):
-    from nodeagent.report import JobReport
+    from slurm_ext.reports import JobReport
 
     def rep(end: float, gpu_s: float) -> JobReport:
         return JobReport(node="n1", job_id=9, gpu_seconds=gpu_s, gpu_util_mean=0.5, gpu_util_peak=0.5,
@@ -456,3 +465,99 @@ def test_writes_stop_when_slurmctld_stops_answering_and_resume_next_pass(tmp_pat
     res = svc.run_pass(1020.0)
     assert client.calls[2] == {2: client.calls[1][2]}  # only the failed one, same value
     store.close()
+
+
+def test_a_pass_persists_only_what_changed_and_the_store_keeps_up(tmp_path):
+    """A pass writes only records whose persisted fields changed and decisions that
+    changed; a decision whose rank alone moved keeps the time it was made, with its new
+    rank in the store. What the store holds is what the service decided, every pass."""
+    from slurm_ext.policy import PolicyConfig
+    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.testing.replay import ReplayClient
+
+    def pending(job_id: int, submit: float) -> Job:
+        return Job(job_id=job_id, state=JobState.PENDING, gpus=1, submit_time=submit)
+
+    running = Job(job_id=1, state=JobState.RUNNING, gpus=1, submit_time=10.0, start_time=20.0,
+                  nodes=("n1",))  # fmt: skip
+    jobs = [running, *(pending(j, 50.0 + j) for j in range(2, 6))]
+    client = ReplayClient(jobs, [Node("n1", state="MIXED", gpus=4, gpus_alloc=1)])
+    cfg = ServiceConfig(store=str(tmp_path / "s.db"), port=0, history_source="store",
+                        policy=PolicyConfig(policy="fifo"))  # fmt: skip
+    store = Store(cfg.store)
+    saved: list[list] = []
+    save_jobs = store.save_jobs
+    store.save_jobs = lambda records, completions=(): (  # type: ignore[method-assign]
+        saved.append(list(records)),
+        save_jobs(records, completions),
+    )
+    svc = Service(cfg, client, store)
+    svc.run_pass(100.0)
+    assert sorted(r.job_id for r in saved[-1]) == [1, 2, 3, 4, 5]
+    first = store.decisions()
+    svc.run_pass(130.0)  # nothing changed in Slurm
+    assert saved[-1] == []
+    client.jobs_snapshot = [*jobs, pending(6, 40.0)]  # submitted before the others: first
+    res = svc.run_pass(160.0)
+    assert [r.job_id for r in saved[-1]] == [6]
+    stored = store.decisions()
+    assert {d.job_id: d.rank for d in res.decisions} == {j: d.rank for j, d in stored.items()}
+    moved = [j for j in range(2, 6) if stored[j].rank != first[j].rank]
+    assert moved, "the new job should move the waiting ones down"
+    for j in moved:  # only the rank moved: the same decision, made at the first pass
+        assert stored[j].decided_at == 100.0
+        assert (stored[j].queue, stored[j].reason, stored[j].value) == (
+            first[j].queue, first[j].reason, first[j].value,
+        )  # fmt: skip
+    assert stored[6].decided_at == 160.0
+    # a fresh service on the same store reads what this one holds in memory
+    assert Service(cfg, client, store)._load()[1] == svc._decisions
+    store.close()
+
+
+def _other(value):
+    """A different value of the same kind, for perturbing one field."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, JobState):
+        return JobState.SUSPENDED if value != JobState.SUSPENDED else JobState.PENDING
+    if isinstance(value, (int, float)):
+        return value + 7
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, tuple):
+        return (*value, "x")
+    return 3.0  # None: an optional number
+
+
+def test_a_waiting_jobs_view_is_reused_only_while_all_it_reads_is_equal():
+    """`waiting_inputs` holds everything `job_view` reads of a job that is not running:
+    changing any one field of the job or its record that changes the view changes them."""
+    from dataclasses import fields, replace
+
+    from slurm_ext.service_steps import job_view, waiting_inputs
+    from slurm_ext.store import JobRecord
+
+    job = Job(job_id=4, name="n", user="u", account="a", partition="p", gpus=2,
+              submit_time=100.0, time_limit_s=600.0, comment="model=bert")  # fmt: skip
+    rec = JobRecord(job_id=4, user="u", partition="p", name="n", model_tag="bert", gpus=2,
+                    submit_time=100.0, closed_gpu_s=50.0, closed_run_s=25.0, last_run_s=25.0,
+                    run_start=None, waiting_since=200.0, last_seen=300.0, state="PENDING",
+                    done=False)  # fmt: skip
+    base_view, base_key = job_view(job, rec, 400.0), waiting_inputs(job, rec)
+    checked = 0
+    for obj, fs in ((job, fields(job)), (rec, fields(rec))):
+        for f in fs:
+            j2, r2 = job, rec
+            if obj is job:
+                j2 = replace(job, **{f.name: _other(getattr(job, f.name))})
+            else:
+                r2 = replace(rec, **{f.name: _other(getattr(rec, f.name))})
+            if r2.run_start is not None or j2.running:
+                continue  # running: never reused
+            if job_view(j2, r2, 400.0) != base_view:
+                checked += 1
+                assert waiting_inputs(j2, r2) != base_key, f"{type(obj).__name__}.{f.name}"
+    assert checked >= 10
+    # and the service reuses an equal view across passes: same object
+    assert job_view(job, rec, 500.0) == base_view  # a waiting job's view does not age

@@ -8,7 +8,8 @@ import sqlite3
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, build_table, rank
 from slurm_ext.policy.kinds import Completed
-from slurm_ext.service import Service, ServiceConfig, fold_jobs, job_view, with_kinds
+from slurm_ext.records import fold_jobs
+from slurm_ext.service import Service, ServiceConfig, job_view, with_kinds
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.store import MIGRATIONS, SCHEMA_VERSION, Store
 from slurm_ext.testing.replay import ReplayClient
@@ -112,14 +113,17 @@ SACCT_KINDS = """JobIDRaw|Submit|Start|End|AllocTRES|User|Partition|JobName|Acco
 
 
 def test_sacct_history_keeps_the_kind(tmp_path):
-    from slurm_ext.slurm.history import SACCT_FIELDS, sacct_completions
+    from slurm_ext.slurm import CliSlurmClient
+    from slurm_ext.slurm.history import completion_rows
+    from slurm_ext.slurm.sacct import SACCT_FIELDS
 
-    assert SACCT_FIELDS.endswith("JobName,Account,Timelimit")
+    assert SACCT_FIELDS[-3:] == ("JobName", "Account", "Timelimit")
     (tmp_path / "out.txt").write_text(SACCT_KINDS)
     fake = tmp_path / "sacct"
     fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
     fake.chmod(0o755)
-    rows = {r[0]: r for r in sacct_completions(30, bin_dir=str(tmp_path))}
+    client = CliSlurmClient(bin_dir=str(tmp_path))
+    rows = {r[0]: r for r in completion_rows(client.completed_jobs(0.0))}
     assert rows[201][4:] == ("alice", "train", "ml", 86400.0)
     assert rows[202][4:] == ("bob", "eval", "phys", None)
     assert rows[203][4:] == ("bob", "eval", "phys", 1800.0)

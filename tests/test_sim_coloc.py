@@ -289,7 +289,7 @@ def _long_neighbour() -> tuple[list[TraceJob], dict[int, JobProfile]]:
 
 
 def test_paused_opportunistic_job_requeued_or_kept_off_long_neighbours():
-    """Without a rule job 2 stays paused beside job 1 and is killed at its limit.
+    """Without a rule job 2 stays paused beside job 1 and is killed at its limit (3010 s).
     Requeued after 300 s paused, it queues again and runs on GPU 1 once job 3 has left.
     With `ends_before` it never goes beside job 1 (whose limit ends after its own): it
     waits beside job 3, paused, and runs once job 3 ends at 500 s."""
@@ -297,7 +297,9 @@ def test_paused_opportunistic_job_requeued_or_kept_off_long_neighbours():
     trace, prof = _long_neighbour()
     base = SharingSimulator(trace, FIFO, two, ShareConfig(), prof)
     base.run()
-    assert base.opp_jobs[0].timed_out and base.opp_jobs[0].finish >= 3010.0
+    # killed at its limit (10 + 3000 s) although paused from its start, not when job 1
+    # ends at 5000 s and it would resume: Slurm's limit runs while the job is frozen
+    assert base.opp_jobs[0].timed_out and base.opp_jobs[0].finish == pytest.approx(3010.0)
     requeue = SharingSimulator(trace, FIFO, two, ShareConfig(max_pause_s=300.0), prof)
     requeue.run()
     o = requeue.opp_jobs[0]
@@ -317,3 +319,42 @@ def test_opportunistic_rules_are_pure():
     assert overdue({1: 0.0}, 1e9, 0.0) == []
     assert ends_before(500.0, 0.0, 600.0) and not ends_before(700.0, 0.0, 600.0)
     assert not ends_before(None, 0.0, 600.0) and ends_before(500.0, 0.0, None)
+
+
+def test_requeued_job_kept_off_the_neighbour_that_paused_it():
+    """Churn: requeued after 100 s paused, job 2 goes back beside job 1 (5,000 s, the job
+    that paused it) and is paused and requeued again and again until GPU 1 frees at 500 s.
+    With `after_requeue = "not_beside"` it never returns beside job 1 (nor, after its
+    second requeue, beside job 3); with "ends_first" it avoids job 1 (its limit ends
+    after job 2's) but not job 3. Each ends as early or earlier, with fewer requeues."""
+    two = SimConfig(nodes=1, gpus_per_node=2, preemptive=False)
+    trace, prof = _long_neighbour()
+    runs = {}
+    for rule in ("any", "not_beside", "ends_first"):
+        sim = SharingSimulator(
+            trace, FIFO, two, ShareConfig(max_pause_s=100.0, after_requeue=rule), prof
+        )
+        sim.run()
+        runs[rule] = sim
+    assert runs["any"].opp_requeues == 5 and runs["any"].paused_by == {2: {1}}
+    assert runs["not_beside"].opp_requeues == 2 and runs["not_beside"].paused_by == {2: {1, 3}}
+    assert runs["ends_first"].opp_requeues == 4
+    for sim in runs.values():
+        assert not sim.opp_jobs[0].timed_out and sim.opp_jobs[0].finish <= 1510.0
+    with pytest.raises(ValueError, match="after_requeue"):
+        ShareConfig(after_requeue="never")
+
+
+def test_shard_offered_rule():
+    from slurm_ext.policy.opportunistic import shard_offered
+
+    assert shard_offered(1, 7200.0, 0.0, 3000.0)  # no rule: anything
+    assert not shard_offered(1, 7200.0, 0.0, 3000.0, ends_first=True)
+    kw = dict(paused_by={1}, requeued=True)
+    assert not shard_offered(1, 100.0, 0.0, 3000.0, after_requeue="not_beside", **kw)
+    assert shard_offered(2, 7200.0, 0.0, 3000.0, after_requeue="not_beside", **kw)
+    assert shard_offered(1, 100.0, 0.0, 3000.0, after_requeue="ends_first", **kw)
+    assert not shard_offered(2, 7200.0, 0.0, 3000.0, after_requeue="ends_first", **kw)
+    assert shard_offered(2, 7200.0, 0.0, 3000.0, after_requeue="ends_first")  # not requeued
+    with pytest.raises(ValueError, match="after_requeue"):
+        shard_offered(1, None, 0.0, None, after_requeue="sometimes")

@@ -5,6 +5,7 @@ clearing tables against the rule, and the costs of preemption in the simulator."
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from slurm_ext.policy.preemption import (
     choose_victims,
     requeue_cost_gpu_s,
 )
-from slurm_ext.service import _per_node, preemption_victims
+from slurm_ext.service_steps import _per_node, preemption_victims
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.traces import TraceJob
@@ -252,3 +253,66 @@ def test_pass_interval_delays_the_policy_to_its_ticks():
     sim, jobs = _run(pass_interval_s=120.0)
     assert jobs[2].first_start == pytest.approx(120.0) and sim.preemptions == 1
     assert jobs[1].finish == pytest.approx(160 + 5 + 880)
+
+
+def test_requeue_delay_holds_a_preempted_job_and_counts_in_the_cost_rule():
+    """Slurm keeps a requeued job ineligible for cred_expire + 1 s: the simulator's
+    `requeue_delay_s`. A, preempted at 50, may start again only at 150 though B ends at
+    90 and the GPU is free; and the cost rule counts the delay as lost time."""
+    free_rule = replace(LAS, preemption_cost=False)
+    cl = SimConfig(nodes=1, gpus_per_node=1, restart_overhead_s=5, requeue_delay_s=100.0)
+    sim = Simulator(TWO, free_rule, cl)
+    jobs = {j.id: j for j in sim.run()}
+    assert sim.preemptions == 1 and jobs[2].finish == pytest.approx(90.0)
+    assert jobs[1].finish == pytest.approx(150 + 5 + 950)
+    # with the cost rule: requeueing A at 50 loses 105 GPU-s (restart 5 + hold 100), more
+    # than B has waited (40): B waits for A instead
+    sim = Simulator(TWO, LAS, cl)
+    jobs = {j.id: j for j in sim.run()}
+    assert sim.preemptions == 0 and jobs[2].first_start == pytest.approx(1000.0)
+    with pytest.raises(ValueError, match="requeue_delay_s"):
+        SimConfig(requeue_delay_s=-1.0)
+
+
+def test_one_preemption_per_pass_as_the_service_does():
+    """The service requeues for its best waiting job once per pass; the simulator does so
+    for every blocked job of a pass unless `one_preemption_per_pass`. Two long jobs hold
+    a 2-GPU node; two short ones arrive at 10 and outrank them from t=50 on."""
+    trace = [
+        TraceJob(job_id=1, gpus=1, submit_time=0, duration_s=1000),
+        TraceJob(job_id=2, gpus=1, submit_time=0, duration_s=1000),
+        TraceJob(job_id=3, gpus=1, submit_time=10, duration_s=20),
+        TraceJob(job_id=4, gpus=1, submit_time=10, duration_s=20),
+    ]
+    free_rule = replace(LAS, preemption_cost=False)
+
+    def run(one: bool) -> tuple[list[float], int]:
+        cl = SimConfig(nodes=1, gpus_per_node=2, pass_interval_s=100.0)
+        cl = replace(cl, restart_overhead_s=0.0, one_preemption_per_pass=one)
+        sim = Simulator(trace, free_rule, cl)
+        jobs = {j.id: j for j in sim.run()}
+        return sorted([jobs[3].first_start, jobs[4].first_start]), sim.preemptions
+
+    assert run(False) == ([100.0, 100.0], 2)
+    # one requeue at the tick of 100; the other short job takes its GPU when it ends
+    assert run(True) == ([100.0, 120.0], 1)
+
+
+def test_max_requeues_per_pass_caps_the_victims_as_the_service_does():
+    """A 4-GPU job needs all four 1-GPU jobs of its node gone; with the service's cap of
+    2 requeues per pass, two go at the tick of 100 (worst first) and two at 200."""
+    trace = [TraceJob(job_id=i, gpus=1, submit_time=0, duration_s=1000) for i in range(4)]
+    trace.append(TraceJob(job_id=9, gpus=4, submit_time=10, duration_s=20))
+    free_rule = replace(LAS, preemption_cost=False)
+
+    def run(cap: int) -> tuple[float, int]:
+        cl = SimConfig(nodes=1, gpus_per_node=4, pass_interval_s=100.0, scheduler="strict")
+        cl = replace(cl, restart_overhead_s=0.0, max_requeues_per_pass=cap)
+        sim = Simulator(trace, free_rule, cl)
+        jobs = {j.id: j for j in sim.run()}
+        return jobs[9].first_start, sim.preemptions
+
+    assert run(0) == (100.0, 4)
+    assert run(2) == (200.0, 4)
+    with pytest.raises(ValueError, match="max_requeues_per_pass"):
+        SimConfig(max_requeues_per_pass=-1)

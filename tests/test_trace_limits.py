@@ -2,7 +2,8 @@
 
 import pytest
 
-from slurm_ext.sim.traces import TraceError, read_trace, slurm_time_s
+from slurm_ext.sim.traces import TraceError, read_trace
+from slurm_ext.slurm.sacct import slurm_time_s
 
 
 @pytest.mark.parametrize(

@@ -24,16 +24,17 @@ from slurm_ext.testing.replay import ReplayClient
 from slurm_ext.userview import free_gpus
 from slurm_ext.userview_http import UserView
 
-NOW = time.time()
-
 
 def snapshot() -> tuple[list[Job], list[Node]]:
+    now = (
+        time.time()
+    )  # per call: a module-level clock is minutes old by the time a full run gets here
     jobs = [
-        Job(1, user="alice", state=JobState.RUNNING, gpus=4, submit_time=NOW - 3600,
-            start_time=NOW - 3000, nodes=("n1",), reason="None"),
-        Job(2, user="<b>bob</b>", state=JobState.PENDING, gpus=4, submit_time=NOW - 600,
+        Job(1, user="alice", state=JobState.RUNNING, gpus=4, submit_time=now - 3600,
+            start_time=now - 3000, nodes=("n1",), reason="None"),
+        Job(2, user="<b>bob</b>", state=JobState.PENDING, gpus=4, submit_time=now - 600,
             reason="Resources"),
-        Job(3, user="carol", state=JobState.PENDING, gpus=1, submit_time=NOW - 60,
+        Job(3, user="carol", state=JobState.PENDING, gpus=1, submit_time=now - 60,
             reason="Priority"),
     ]  # fmt: skip
     return jobs, [Node("n1", gpus=4, gpus_alloc=4), Node("n2", gpus=4, gpus_alloc=2)]
@@ -247,7 +248,7 @@ def test_a_client_that_never_reads_a_large_answer_is_cut_off(tmp_path):
     path = tmp_path / "big.db"
     jobs = [
         Job(i, user=f"user{i % 50}" + "x" * 2000, state=JobState.PENDING, gpus=1 + i % 4,
-            submit_time=NOW - i, reason="Priority")
+            submit_time=time.time() - i, reason="Priority")
         for i in range(1, 4001)
     ]  # fmt: skip
     svc = one_pass(path, jobs, [Node("n1", gpus=4)])

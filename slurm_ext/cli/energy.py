@@ -2,7 +2,7 @@
 
 Reads the service's store read-only. A report is cumulative for one (node, job) since
 its `period_start`, and re-delivery repeats it, so per (node, job, period) only the
-report with the greatest `period_end` counts (`nodeagent.report.per_job`); a job's
+report with the greatest `period_end` counts (`slurm_ext.reports.per_job`); a job's
 figures are the sum of those over its nodes and a node's periods (an agent that lost its
 state starts a new period from zero).
 Users come from the service's job records (jobs it saw in Slurm); "" when unknown.

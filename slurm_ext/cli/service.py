@@ -81,10 +81,10 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
 @click.option("--once", is_flag=True, help="Run one pass and exit (status 1 if Slurm failed).")
 def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
-    from nodeagent.report import SecretFileError, read_secret
     from slurm_ext.listen import warn_if_reports_unreachable
     from slurm_ext.metrics import ServiceMetrics, serve_http
     from slurm_ext.report_listener import SlurmJobNodes
+    from slurm_ext.reports import SecretFileError, read_secret
     from slurm_ext.userview_http import UserView
 
     cfg = load_service_config(config_path)

@@ -134,6 +134,13 @@ def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: str | N
     help="Seconds a preempted job loses on restart.",
 )
 @click.option(
+    "--requeue-delay",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds a requeued job stays ineligible (Slurm: cred_expire + 1, 121 by default).",
+)
+@click.option(
     "--history",
     "history_path",
     type=click.Path(exists=True),
@@ -222,6 +229,7 @@ def simulate(
     seed,
     placement,
     restart_overhead,
+    requeue_delay,
     history_path,
     cpus_per_node,
     cpu_knees,
@@ -249,6 +257,7 @@ def simulate(
             scheduler=scheduler,
             placement=placement,
             restart_overhead_s=restart_overhead,
+            requeue_delay_s=requeue_delay,
             history=_read_history(history_path) if history_path else [],
             cpus_per_node=cpus_per_node,
             cpu_knees={**DEFAULT_KNEES, **_parse_knees(cpu_knees)},

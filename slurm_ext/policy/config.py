@@ -1,11 +1,12 @@
-"""Policy knobs, one TOML table (`[policy]`), validated by `slurm_ext.config.from_dict`."""
+"""Policy knobs: a plain dataclass. The shells fill it from one TOML table (`[policy]`)
+with `slurm_ext.config.from_dict`; the policy itself reads no file."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.config import choices, positive
+from slurm_ext.policy.fields import choices, positive
 from slurm_ext.policy.kinds import parse_level
 
 POLICIES = ("gittins", "las", "fifo", "multifactor", "fairshare", "sjf", "srtf")
@@ -88,7 +89,11 @@ class PolicyConfig:
         as a site would: key = Slurm's multifactor priority (the fairshare_* weights,
         the user's factor from the shell's ledger) + this x the index mapped to [0, 1]
         (`fairshare.index_site_factor`), the SiteFactor term. 0: off (the index alone).
-        The wait guard still lifts a job above every other.
+        W is how many priority points the ranking may move a job (policy/compose.py).
+    fairshare_guard: what the wait guard does under it: "site" (default) gives a
+        guarded job the top SiteFactor (W x 1), which fair-share can still outweigh,
+        as in Slurm; "promote" lifts it above every other job (fair-share bypassed;
+        how the composition was modelled before).
     """
 
     policy: str = choices(*POLICIES, default="gittins")
@@ -122,6 +127,7 @@ class PolicyConfig:
     fairshare_half_life_s: float = 7 * 86400.0
     fairshare_calc_period_s: float = positive(300.0)
     fairshare_site_weight: float = 0.0
+    fairshare_guard: str = choices("site", "promote", default="site")
 
     def __post_init__(self) -> None:
         ts = list(self.queue_thresholds_gpu_s)

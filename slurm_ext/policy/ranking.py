@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from slurm_ext.model import Decision, JobView
+from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
-from slurm_ext.policy.fairshare import index_site_factor, multifactor_priority
+from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
 from slurm_ext.policy.kinds import Completed, KindTables
 
@@ -229,20 +230,18 @@ def key_and_change(
                     left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
                     if left < after:
                         after = max(0.0, left)
-        if p == "gittins" and config.fairshare_site_weight > 0 and score != GUARDED:
-            # composed with Slurm's multifactor: the index as a SiteFactor term (no
-            # history: index 0, Slurm's own order)
-            score = -(
-                multifactor_priority(
-                    now - submit_time,
-                    fair_share,
-                    config.fairshare_weight_age,
-                    config.fairshare_weight,
-                    config.fairshare_max_age_s,
-                )
-                + config.fairshare_site_weight * index_site_factor(-score)
+        if p == "gittins" and config.fairshare_site_weight > 0:
+            # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
+            fs = composed_score(
+                -score if score != GUARDED else 0.0,
+                score == GUARDED,
+                now - submit_time,
+                fair_share,
+                config,
             )
-            after = min(after, _to_next_pass(now, config))
+            if fs is not None:
+                score = fs
+                after = min(after, _to_next_pass(now, config))
         return (prot, queue, score, submit_time, job_id), after
     after = math.inf
     if running and prot == 0:
@@ -416,6 +415,8 @@ def explain(
                     f"wait guard: waited >= {config.wait_guard_factor:g} x its predicted run,"
                     " ahead of unguarded jobs"
                 )
+            elif config.fairshare_site_weight > 0:
+                parts.append(describe(key[2], config))
         if promoted(job, now, config):
             since = job.waiting_since if job.waiting_since is not None else job.submit_time
             parts.append(

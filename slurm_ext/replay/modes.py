@@ -17,10 +17,12 @@ from slurm_ext.replay.slurmconf import replay_conf
 
 
 def save_records(path: Path, records: dict, submitted: dict) -> None:
-    """Per trace job: Slurm's id, final state, runs (epoch start, end), requeues."""
+    """Per trace job: Slurm's id, final state, submit and runs (epoch start, end),
+    requeues."""
     out = {
         str(job.trace.job_id): {
             "slurm_id": sid,
+            "submit": records[sid].submit if sid in records else None,
             "state": records[sid].state if sid in records else "UNKNOWN",
             "runs": records[sid].runs if sid in records else [],
             "requeues": records[sid].requeues if sid in records else 0,

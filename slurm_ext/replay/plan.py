@@ -39,7 +39,21 @@ class ReplayJob:
 
     @property
     def name(self) -> str:
+        """Unique per job: its checkpoint and output files."""
         return f"replay-{self.trace.job_id}"
+
+    @property
+    def kind_name(self) -> str:
+        """Its Slurm job name. Live every job runs as the replaying user, so a trace's
+        recurring kinds (user + job name) keep apart only as `user.job_name`; the
+        conditioned Gittins index groups history by it. Jobs without a name stay unique."""
+        if self.trace.job_name:
+            return (
+                f"{self.trace.user}.{self.trace.job_name}"
+                if self.trace.user
+                else self.trace.job_name
+            )
+        return self.name
 
 
 def estimate_makespan_s(jobs: Sequence[TraceJob], total_gpus: int) -> float:
@@ -118,7 +132,7 @@ def sbatch_args(job: ReplayJob, partition: str, jobs_dir: str) -> list[str]:
     """The sbatch options for one job (the payload command line goes in --wrap)."""
     args = [
         "--parsable",
-        f"--job-name={job.name}",
+        f"--job-name={job.kind_name}",
         f"--partition={partition}",
         f"--time={job.limit_min}",
         f"--chdir={jobs_dir}",

@@ -53,14 +53,18 @@ class Replay:
     submitted: dict[int, ReplayJob] = field(default_factory=dict)  # Slurm id -> job
 
     # ---- submission -----------------------------------------------------------------
-    def _sbatch(self, job: ReplayJob) -> int:
+    def _argv(self, job: ReplayJob) -> list[str]:
+        """The sbatch command line that runs `job`'s payload."""
         state = self.jobs_dir / f"{job.name}.ckpt"
         cmd = [
             sys.executable, "-I", payload.__file__,
             f"{job.work_wall_s:.3f}", f"{self.checkpoint_wall_s:.3f}", str(state),
         ]  # fmt: skip
-        argv = ["sbatch", *sbatch_args(job, self.target.partition, str(self.jobs_dir))]
-        argv.append("--wrap=exec " + shlex.join(cmd))
+        args = sbatch_args(job, self.target.partition, str(self.jobs_dir))
+        return ["sbatch", *args, "--wrap=exec " + shlex.join(cmd)]
+
+    def _sbatch(self, job: ReplayJob) -> int:
+        argv = self._argv(job)
         try:
             res = subprocess.run(
                 argv, env=self.target.env, capture_output=True, text=True, timeout=60, check=False

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from slurm_ext import tomlio
 from slurm_ext.policy import PolicyConfig
+from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S
 
 SITE_INTERVAL_S = 30.0  # etc/service.toml's interval_s
 MIN_INTERVAL_S = 1.0
@@ -32,6 +33,15 @@ def with_checkpoints(policy: PolicyConfig, checkpoint_interval_s: float) -> Poli
     if checkpoint_interval_s <= 0:
         return policy
     return dataclasses.replace(policy, preemption_checkpoint_s=checkpoint_interval_s)
+
+
+def with_requeue_hold(policy: PolicyConfig, speedup: float) -> PolicyConfig:
+    """The policy's restart cost (trace seconds) plus the time Slurm holds a requeued job
+    before it may run again (REQUEUE_HOLD_S wall seconds, i.e. x speedup in trace time):
+    the victim's completion is delayed by that much, so the cost rule must weigh it."""
+    return dataclasses.replace(
+        policy, preemption_restart_s=policy.preemption_restart_s + REQUEUE_HOLD_S * speedup
+    )
 
 
 def scaled_policy(policy: PolicyConfig, speedup: float) -> PolicyConfig:
@@ -66,7 +76,10 @@ def write_config(
         "slurm": {"backend": "cli", "slurm_conf": slurm_conf, "timeout_s": 10.0},
         "policy": dataclasses.asdict(
             scaled_policy(
-                with_checkpoints(policy or PolicyConfig(), checkpoint_interval_s), speedup
+                with_requeue_hold(
+                    with_checkpoints(policy or PolicyConfig(), checkpoint_interval_s), speedup
+                ),
+                speedup,
             )
         ),
     }

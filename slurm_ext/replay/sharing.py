@@ -285,23 +285,17 @@ class SharedReplay(Replay):
     freezer_top: Path = Path()
     slurm_to_trace: dict[int, int] = field(default_factory=dict)
 
-    def _sbatch(self, job: ReplayJob) -> int:
+    def _argv(self, job: ReplayJob) -> list[str]:
         speed = self.jobs_dir / f"{job.name}.speed"
         cmd = [
             sys.executable, "-I", shared_payload.__file__,
             f"{job.work_wall_s:.3f}", str(speed), str(self.freezer_top),
         ]  # fmt: skip
         args = shared_sbatch_args(job, self.target.partition, str(self.jobs_dir), self.mode)
-        argv = ["sbatch", *args, "--wrap=exec " + shlex.join(cmd)]
-        try:
-            res = subprocess.run(
-                argv, env=self.target.env, capture_output=True, text=True, timeout=60, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise ReplayError(f"Slurm does not answer: sbatch for {job.name} timed out") from exc
-        if res.returncode != 0:
-            raise ReplayError(f"sbatch refused {job.name}: {res.stderr.strip()}")
-        sid = int(res.stdout.strip().split(";")[0])
+        return ["sbatch", *args, "--wrap=exec " + shlex.join(cmd)]
+
+    def _sbatch(self, job: ReplayJob) -> int:
+        sid = super()._sbatch(job)
         self.slurm_to_trace[sid] = job.trace.job_id
         return sid
 

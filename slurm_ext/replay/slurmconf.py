@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 SITE_MAX_AGE_S = 7 * 86400.0  # Slurm's default PriorityMaxAge and PriorityDecayHalfLife
 SITE_BF_RESOLUTION_S = 60.0  # Slurm's default bf_resolution
+# Wall seconds Slurm keeps a requeued batch job ineligible: batch_requeue_fini() in
+# slurmctld/job_mgr.c sets its begin time to now + cred_expire + 1 (25.11: the
+# SchedulerParameters requeue_delay= when set, else cred_expire). The harness sets
+# AuthInfo cred_expire=5, the least Slurm accepts (below 5 it falls back to 120), and
+# 22.05 has no requeue_delay, so 6 s is the floor here; a site's default is 121 s.
+REQUEUE_HOLD_S = 6.0
 
 
 def _minutes(seconds: float) -> int:

@@ -1,6 +1,5 @@
-"""The simulator's preemption: the one rule (`policy.preemption.choose_victims`) on the
-simulator's state, and its incremental node-clearing tables, an acceleration of the rule
-for jobs that must consolidate.
+"""The simulator's node-clearing tables and no-room cache: accelerations of the
+preemption rule (`sim.preemption`) that give the same answers.
 
 The tables are used only while every running job may be preempted (`choose_victims` is
 called directly otherwise); tests/test_sim_preemption.py checks that each clearing
@@ -10,12 +9,18 @@ A failed preemption attempt is not retried while it would fail again. The room a
 can make (free GPUs plus those of running jobs ranked below J, in all or per node) only
 grows when a job stops or a running job's key rises past J's: starts and key drops
 shrink it. `no_room`: job id -> (key_ver, ...) as of its last failure; a new key retries.
-- Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys.
+- Other jobs: (key_ver, epoch); epoch counts stops and rises of running keys. With
+  requeue costs they always try again (room grows as they wait).
 - Consolidated jobs (a failed clearing changes nothing): (key_ver, entries of `grown`
-  seen, nodes that had room). `grown` logs the nodes where room may have grown: those
-  of a stopped job, and those of a running job whose key rose past a blocked job's
-  (blocked_keys: sorted keys of recorded jobs, some stale). Only the nodes logged since,
-  and those that had room, are checked again.
+  seen, nodes that had room, retry gain). `grown` logs the nodes where room may have
+  grown: those of a stopped job, and those of a running job whose key rose past a
+  blocked job's (blocked_keys: sorted keys of recorded jobs, some stale). Only the nodes
+  logged since, and those that had room, are checked again. With requeue costs, room
+  also grows once the job's gain (GPUs x wait) covers the requeue of a job the rule
+  refused for its cost on a node short of room: the retry gain is the least of those
+  jobs' lowest possible cost (restart only); a job that ranks below the waiting one is
+  past `min_run_s` (its key would say protected), and opting in and the cap change only
+  when a job stops.
 
 Per node, for consolidated jobs: its jobs worst first with their GPU share there, and
 need[t] = the best-ranked job that must go for t GPUs to be free there (ABOVE_ALL if t
@@ -24,134 +29,38 @@ are free already), rebuilt lazily for nodes marked dirty.
 
 from __future__ import annotations
 
-import heapq
+import math
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
-from heapq import heappop
+from heapq import heappop, heappush
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy import choose_gpus
 from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.preemption import (
-    RunningJob,
-    WaitingJob,
-    choose_victims,
-    requeue_cost_gpu_s,
-)
+from slurm_ext.policy.preemption import requeue_cost_gpu_s
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
     from slurm_ext.sim.simjob import SimJob
 
+INF = math.inf
 ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 _first = itemgetter(0)
 
 
 class NodeClearing:
-    """Mixin of `Simulator`: preemption, the clearing tables and the no-room cache."""
+    """Mixin of `Simulator`: the clearing tables and the no-room cache."""
 
-    def _make_room(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
-        """Preempt the running jobs `choose_victims` picks for `job`; its GPUs, or None if
-        they cannot make room.
-
-        For a job that must consolidate, while every job may be preempted, the clearing
-        tables (sim/clearing.py) pick the same victims faster.
-        """
-        if job.must_consolidate:
-            if self.all_preemptible and not self.verify_victims:
-                return self._clear_nodes(job, now)
-            below = sorted(
-                (e for e in self.running if e[1] == e[3].key_ver and e[3].running),
-                key=_first,
-            )
-            cands = [self._running_view(e[3], now) for e in below if e[3].key > job.key]
-            victims = self._victims(job, cands, now)
-            if self.all_preemptible:  # verify_victims: the tables must agree
-                alloc = self._clear_nodes(job, now)
-                if sorted(self.cleared) != sorted(victims):
-                    raise AssertionError(
-                        f"job {job.id}: clearing tables preempted {sorted(self.cleared)}, "
-                        f"choose_victims picks {sorted(victims)}"
-                    )
-                return alloc
-            if not victims:
-                self._no_room_here(job, tuple(self.node_names))
-                return None
-            for v in victims:
-                self._preempt(self.by_id[v], now, release=True)
-            return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
-        popped: list[tuple] = []
-        victims = self._victims(job, self._pop_below(job, now, popped), now)
-        gone = set(victims)
-        for entry in popped:
-            if entry[3].id in gone:
-                self._preempt(entry[3], now, release=True)
-            else:
-                heapq.heappush(self.running, entry)
-        if not victims:
-            self.no_room[job.id] = (job.key_ver, self.epoch)
-            return None
-        return choose_gpus(self.idx, job.gpus, False, self._cpus(job.cpus_per_gpu))
-
-    def _pop_below(
-        self: Simulator, job: SimJob, now: float, popped: list[tuple]
-    ) -> Iterator[RunningJob]:
-        """The running jobs ranked below `job`, worst first, popped off the running heap as
-        they are read (into `popped`)."""
-        while True:
-            top = self._top(self.running, True)
-            if top is None or not top.key > job.key:
-                return
-            popped.append(heappop(self.running))
-            yield self._running_view(top, now)
-
-    def _running_view(self: Simulator, job: SimJob, now: float) -> RunningJob:
-        lost = 0.0
-        if self.cfg.preemption_cost:  # estimated as the service does: from its stint's start
-            cl = self.cl
-            ran = now - job.start
-            lost = requeue_cost_gpu_s(
-                job.gpus, ran, cl.checkpoint_interval_s, cl.restart_overhead_s
-            )
-        return RunningJob(
-            job.id,
-            tuple(job.alloc),
-            job.preemptible,
-            now - job.start,
-            False,
-            job.cpus_per_gpu,
-            lost,
-            job.preemptions,
-        )
-
-    def _victims(
-        self: Simulator, job: SimJob, below: Iterable[RunningJob], now: float
-    ) -> list[int]:
-        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
-        gain = None
-        if self.cfg.preemption_cost:
-            gain = job.gpus * (now - job.waiting_since)
-        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu, gain)
-        return choose_victims(
-            waiting,
-            below,
-            self.idx.free,
-            self.idx.capacity,
-            self.cfg.min_run_s,
-            self.free_cpus,
-            self.cfg.max_preemptions,
-        )
-
-    def _may_make_room(self: Simulator, job: SimJob) -> bool:
+    def _may_make_room(self: Simulator, job: SimJob, now: float) -> bool:
         """False if `_make_room` would fail as it did last time (see `no_room`)."""
-        if self.cfg.preemption_cost:  # room grows as the job waits: always try again
-            return True
         rec = self.no_room.get(job.id)
         if rec is None or rec[0] != job.key_ver:
             return True
         if not job.must_consolidate:
-            return rec[1] != self.epoch
+            # with costs, room grows as the job waits: always try again
+            return self.cfg.preemption_cost or rec[1] != self.epoch
+        if self.cfg.preemption_cost and job.gpus * (now - job.waiting_since) >= rec[3]:
+            return True  # its gain now covers a requeue the rule refused it
         grown = self.grown
         if rec[1] == len(grown):
             return False
@@ -176,7 +85,7 @@ class NodeClearing:
             room.append(n)
         if len(room) >= min_nodes(job.gpus, cap):
             return True
-        self.no_room[job.id] = (rec[0], len(grown), tuple(room))
+        self.no_room[job.id] = (rec[0], len(grown), tuple(room), rec[3])
         return False
 
     def _rose_past(self: Simulator, job: SimJob, i: int, j: int) -> None:
@@ -230,16 +139,157 @@ class NodeClearing:
             here = self.on_node[node]
             share = [(node, target)]
             for key, _, v in self.node_worst[node]:  # worst first
-                if self._fits(share, cpg) or not key > jk:
+                if self.cluster.fits(share, cpg) or not key > jk:
                     break
                 if v in here:  # not gone already with an earlier node
                     self._preempt(v, now, release=True)
                     self.cleared.append(v.id)
-        return choose_gpus(self.idx, job.gpus, True, self._cpus(job.cpus_per_gpu))
+        return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
 
-    def _no_room_here(self: Simulator, job: SimJob, room: tuple[str, ...]) -> None:
-        """Record a failed clearing for `job`; `room`: the nodes that could give it room."""
-        self.no_room[job.id] = (job.key_ver, len(self.grown), room)
+    def _clear_eligible(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """`choose_victims` for a consolidated job when the rule may leave some running
+        jobs (not opted in, capped, or costing more than the job's wait gains): the same
+        victims, in the rule's order (worst first).
+
+        The tables leave out the jobs that may never go (`_may_ever_go`), so a node's
+        need there is the rule's once the job's gain covers any requeue's cost
+        (`max_lost`); before that it bounds the rule's from above (cost-ineligible jobs
+        still count), and only the nodes it says could reach the job's GPUs are walked
+        (`_walk_needs`). tests/test_sim_clearing.py checks each clearing against
+        `choose_victims` on whole runs.
+        """
+        self.cleared = []
+        cap = self.idx.capacity
+        need_nodes, target, jk = min_nodes(job.gpus, cap), min(job.gpus, cap), job.key
+        if self.dirty:
+            self._index_nodes()
+        names, node_worst = self.node_names, self.node_worst
+        n = len(names)
+        col = self.need_by[target * n : (target + 1) * n]
+        cfg = self.cfg
+        gain = job.gpus * (now - job.waiting_since) if cfg.preemption_cost else None
+        if gain is None or gain >= self.max_lost:  # the tables' needs are the rule's
+            needs = [(k, p) for p, k in enumerate(col) if k > jk]
+            retry = INF
+        else:
+            needs, retry = self._walk_needs(job, col, now, gain)
+        if len(needs) < need_nodes:
+            return self._no_room_here(job, tuple(names[p] for _, p in needs), retry)
+        needs.sort(key=_first, reverse=True)  # stable: node order among equal needs
+        # the victims: on each picked node, worst first until the job's GPUs and cores
+        # are free there, counting those the victims picked so far free
+        free, cpus = self.idx.free, self.free_cpus
+        freed: dict[str, int] = {}
+        freed_cpus: dict[str, int] = {}
+        want_cpus = target * job.cpus_per_gpu
+        gone: dict[SimJob, tuple] = {}
+        for _, p in needs[:need_nodes]:
+            node = names[p]
+            for key, _, v in node_worst[node]:
+                if free[node] + freed.get(node, 0) >= target and (
+                    cpus is None or cpus[node] + freed_cpus.get(node, 0) >= want_cpus
+                ):
+                    break
+                if not key > jk:
+                    break
+                if v in gone or not self._may_go_now(v, now, gain):
+                    continue
+                gone[v] = key
+                for m, g in v.alloc:
+                    freed[m] = freed.get(m, 0) + g
+                    freed_cpus[m] = freed_cpus.get(m, 0) + g * v.cpus_per_gpu
+        for v in sorted(gone, key=gone.__getitem__, reverse=True):  # worst first
+            self._preempt(v, now, release=True)
+            self.cleared.append(v.id)
+        if not gone:
+            return self._no_room_here(job, tuple(names))
+        return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
+
+    def _walk_needs(
+        self: Simulator, job: SimJob, col: list[tuple], now: float, gain: float
+    ) -> tuple[list[tuple[tuple, int]], float]:
+        """(need, node position) in node order of the nodes that can give `job` its GPUs
+        with the jobs the rule lets go at this gain, and the gain from which a job it
+        refused for its cost might go (its lowest cost: restart only).
+
+        A node's need in the tables (`col`, every job that may ever go) bounds its need
+        here from above, so the nodes are walked (worst first, up to their need) in the
+        tables' order, and the walk stops once no node left can rank among the picks;
+        some needs are then missing, but not those of the nodes picked. When too few
+        nodes can give the room all are walked, so the retry gain is complete.
+        """
+        jk, target = job.key, min(job.gpus, self.idx.capacity)
+        need_nodes = min_nodes(job.gpus, self.idx.capacity)
+        cands = [(k, p) for p, k in enumerate(col) if k > jk]
+        if len(cands) < need_nodes:  # not even with every job that may ever go
+            return cands, INF
+        cl = self.cl
+        every, restart = cl.checkpoint_interval_s, cl.requeue_restart_s
+        cheapest = requeue_cost_gpu_s(1, 0.0, every, restart)  # a 1-GPU job's, at best
+        if gain < cheapest:  # no requeue is cheap enough yet: only free room counts
+            return [(k, p) for k, p in cands if k == ABOVE_ALL], cheapest
+        cands.sort(key=_first, reverse=True)  # stable: node order among equal bounds
+        names, node_worst, free = self.node_names, self.node_worst, self.idx.free
+        ok: dict[SimJob, bool] = {}
+        needs: list[tuple[tuple, int]] = []
+        best: list[tuple] = []  # the need_nodes highest needs found, lowest on top
+        retry = INF
+        for k, p in cands:
+            if len(best) == need_nodes and k < best[0]:
+                break  # this node and those after it rank below every pick
+            if k == ABOVE_ALL:
+                need: tuple | None = k
+            else:
+                need, room = None, free[names[p]]
+                for key, g, v in node_worst[names[p]]:  # worst first
+                    if not key > jk:
+                        break
+                    e = ok.get(v)
+                    if e is None:
+                        e = ok[v] = self._may_go_now(v, now, gain)
+                        if not e and self._may_ever_go(v):
+                            retry = min(retry, requeue_cost_gpu_s(v.gpus, 0.0, every, restart))
+                    if e:
+                        room += g
+                        if room >= target:
+                            need = key
+                            break
+            if need is not None:
+                needs.append((need, p))
+                heappush(best, need)
+                if len(best) > need_nodes:
+                    heappop(best)
+        needs.sort(key=itemgetter(1))
+        return needs, retry
+
+    def _may_go_now(self: Simulator, v: SimJob, now: float, gain: float | None) -> bool:
+        """`policy.preemption.eligible` for running job `v` ranked below a waiting job
+        that gains `gain` GPU-seconds (None: costs not weighed): it may ever go, and its
+        requeue costs no more (`requeue_cost_gpu_s` on its stint, as `_running_view`)."""
+        if not self._may_ever_go(v):
+            return False
+        if gain is None or gain >= self.max_lost:
+            return True
+        cl = self.cl
+        lost = requeue_cost_gpu_s(
+            v.gpus, now - v.start, cl.checkpoint_interval_s, cl.requeue_restart_s
+        )
+        return lost <= gain
+
+    def _may_ever_go(self: Simulator, v: SimJob) -> bool:
+        """Whether the rule could ever preempt running job `v` as it is (the part of
+        `policy.preemption.eligible` that holds for its whole stint: opted in, under
+        the cap; a job ranked below a waiting one is past `min_run_s`, else its key
+        would still say protected). True for every job when `all_preemptible`."""
+        cap = self.cfg.max_preemptions
+        return v.preemptible and (cap <= 0 or v.preemptions < cap)
+
+    def _no_room_here(
+        self: Simulator, job: SimJob, room: tuple[str, ...], retry: float = INF
+    ) -> None:
+        """Record a failed clearing for `job`; `room`: the nodes that could give it room;
+        `retry`: the gain (GPU-seconds) from which requeue costs may let it through."""
+        self.no_room[job.id] = (job.key_ver, len(self.grown), room, retry)
         blocked, jk = self.blocked_keys, job.key
         i = bisect_left(blocked, jk)
         if i == len(blocked) or blocked[i] != jk:
@@ -262,7 +312,7 @@ class NodeClearing:
         on_node, node_worst, node_pos = self.on_node, self.node_worst, self.node_pos
         need_by = self.need_by
         n = len(self.node_names)
-
+        all_go, may_ever_go = self.all_preemptible, self._may_ever_go
         for node in self.dirty:
             worst = sorted(
                 [(v.key, g, v) for v, g in on_node[node].items()], key=_first, reverse=True
@@ -270,8 +320,9 @@ class NodeClearing:
             # need[t] for t <= free is ABOVE_ALL; beyond, the job whose GPUs (worst first)
             # bring the room to t; () (below every key) if even all of them cannot
             need: list[tuple] = [ABOVE_ALL] * (free_of[node] + 1)
-            for key, g, _ in worst:
-                need += [key] * g
+            for key, g, v in worst:
+                if all_go or may_ever_go(v):
+                    need += [key] * g
             if len(need) < cap1:
                 need += [()] * (cap1 - len(need))
             node_worst[node] = worst

@@ -31,6 +31,7 @@ from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
 from slurm_ext.policy import opportunistic as opp_rules
 from slurm_ext.sim.coloc_agents import SimulatedAgents
+from slurm_ext.sim.coloc_giveway import GiveWay
 from slurm_ext.sim.coloc_model import (
     DEFAULT_SHARE,
     UNKNOWN,
@@ -51,7 +52,7 @@ def _job_id(job: SimJob) -> int:
     return job.id
 
 
-class SharingSimulator(SimulatedAgents, Simulator):
+class SharingSimulator(SimulatedAgents, GiveWay, Simulator):
     def __init__(
         self,
         trace: Sequence[TraceJob],
@@ -119,6 +120,7 @@ class SharingSimulator(SimulatedAgents, Simulator):
         self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
         self.paused_since: dict[int, float] = {}  # opportunistic job id -> pause time
         self.opp_requeues = 0  # paused past share.max_pause_s and requeued
+        self.paused_by: dict[int, set[int]] = {}  # requeued job id -> guaranteed job ids
         self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
 
     # ---- time --------------------------------------------------------------------------
@@ -269,42 +271,12 @@ class SharingSimulator(SimulatedAgents, Simulator):
             job.start = now
             if job.first_start is None:
                 job.first_start = now
-            # _respeed sets rate and speed; a requeued job goes on from its checkpoint
-            self.track[job] = Track(now, job.progress, 0.0, now, speed=0.0, p_start=job.progress)
+            # _respeed sets rate and speed and pushes the stint's end (its time limit
+            # even when paused at once: speed -1 is "not computed yet", never skipped);
+            # a requeued job goes on from its checkpoint
+            self.track[job] = Track(now, job.progress, 0.0, now, speed=-1.0, p_start=job.progress)
         for entry in keep:
             heapq.heappush(self.opp_queue, entry)
-
-    def _requeue_paused(self, job: SimJob, now: float) -> None:
-        """What the service does to a job paused past the bound: `scontrol requeue`. It
-        leaves its shard, keeps the work up to its last checkpoint and queues again (for
-        shards, and whole GPUs too with `whole_gpus`), its time limit starting afresh."""
-        self._advance(now)
-        done = min(job.duration, self._progress(job, now))
-        ck = self.cl.checkpoint_interval_s
-        self._leave(job, now)
-        self.on_shards.discard(job)
-        self.paused_since.pop(job.id, None)
-        job.progress = (done // ck) * ck if ck > 0 else done
-        job.running = False
-        job.run_ver += 1
-        job.key_ver += 1
-        self.opp_requeues += 1
-        heapq.heappush(self.opp_queue, (job.submit, job.id, job))
-        if self.share.whole_gpus:
-            self.n_pending += 1
-            self.pending_ver += 1
-            self.bf_changed = True
-            super()._rekey(job, now)
-        self._touch(())
-
-    def _ends_ok(self, k: GpuKey, job: SimJob) -> bool:
-        """`ends_before`: a GPU a guaranteed job holds is offered only if its limit ends
-        before this job's would (idle GPUs always are)."""
-        g = self.gpus[k].guaranteed
-        if not self.share.ends_before or g is None:
-            return True
-        end = g.start + g.limit if g.limit is not None and g.start is not None else None
-        return opp_rules.ends_before(end, self.t_last, job.limit)
 
     def _find(self, job: SimJob) -> list[GpuKey] | None:
         """GPUs with room on one node (beside guaranteed jobs first), or any if wider

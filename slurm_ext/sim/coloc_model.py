@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slurm_ext.policy import colocation as co
+from slurm_ext.policy import opportunistic as opp_rules
 from slurm_ext.sim.engine import SimJob
 from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, ProfileMix
 from slurm_ext.sim.traces import TraceJob
@@ -40,12 +41,21 @@ class ShareConfig:
     # jobs whose limit ends before the newcomer's
     max_pause_s: float = 0.0
     ends_before: bool = False
+    # what a requeued job avoids (opportunistic.shard_offered): "any" (nothing), the
+    # jobs that paused it ("not_beside"), neighbours whose limit ends after its own
+    # ("ends_first")
+    after_requeue: str = "any"
 
     def __post_init__(self) -> None:
         if self.shards_per_gpu < 1:
             raise ValueError(f"shards_per_gpu must be >= 1, got {self.shards_per_gpu}")
         if not 0.0 < self.memory_limit <= 1.0:
             raise ValueError(f"memory_limit must be within (0, 1], got {self.memory_limit}")
+        if self.after_requeue not in opp_rules.AFTER_REQUEUE:
+            raise ValueError(
+                f"after_requeue must be one of {opp_rules.AFTER_REQUEUE}, "
+                f"got {self.after_requeue!r}"
+            )
 
 
 DEFAULT_SHARE = ShareConfig()

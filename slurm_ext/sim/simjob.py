@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from slurm_ext.attained import Attained
 from slurm_ext.model import JobView
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.sim.cpus import DEFAULT_KNEES
@@ -19,6 +20,10 @@ class SimConfig:
 
     restart_overhead_s: wall time a preempted job loses when it restarts (checkpoint
         reload, warm-up); counted as GPU time held, not as progress.
+    requeue_delay_s: how long a preempted job stays ineligible before it may start again,
+        holding nothing: Slurm sets a requeued batch job's begin time to now +
+        cred_expire + 1 s (121 s by default; 6 s on the test harness, i.e. 6 x speedup
+        trace seconds in a live replay). 0: it may restart at once.
     history_refresh: rebuild the Gittins table after this many completions at most
         (sooner while the history is small: every 25% growth).
     history: jobs completed before the trace starts (e.g. a YARN sample): GPU-seconds,
@@ -35,6 +40,13 @@ class SimConfig:
         seconds here), bf_max_job_test, bf_interval and bf_resolution ("slurm" only).
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
+    one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
+        service does (it requeues victims for its best waiting job, then waits for its
+        next pass); False: for every job of the pass that cannot start.
+    max_requeues_per_pass: requeue at most this many victims at a time, worst first, as
+        the service's `max_requeues_per_pass` does (2 by default there); when the rule
+        picks more, the waiting job does not start and the room it left may go to others
+        before the next pass. 0: no cap.
     checkpoint_interval_s: a preempted job resumes from its last checkpoint, the last
         multiple of this of its progress (work seconds); the rest is lost work. 0: no loss.
     preemptible_fraction: the share of jobs that may be preempted (opted in to requeue),
@@ -52,6 +64,7 @@ class SimConfig:
     preemptive: bool = True
     placement: str = "consolidate"
     restart_overhead_s: float = 30.0
+    requeue_delay_s: float = 0.0
     history_refresh: int = 1000
     history: list[float | tuple[int, float] | Completed] = field(default_factory=list)
     scheduler: str = "slurm"
@@ -62,9 +75,17 @@ class SimConfig:
     bf_interval_s: float = 30.0
     bf_resolution_s: float = 60.0
     pass_interval_s: float = 0.0
+    one_preemption_per_pass: bool = False
+    max_requeues_per_pass: int = 0
     checkpoint_interval_s: float = 0.0
     preemptible_fraction: float | None = None
     seed: int = 0
+
+    @property
+    def requeue_restart_s(self) -> float:
+        """What a requeue delays a job by before it runs again: the restart overhead plus
+        Slurm's hold (the requeue cost counts both, in the service and the simulator)."""
+        return self.restart_overhead_s + self.requeue_delay_s
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -75,10 +96,19 @@ class SimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        for name in ("pass_interval_s", "checkpoint_interval_s", "restart_overhead_s"):
+        for name in (
+            "pass_interval_s",
+            "checkpoint_interval_s",
+            "restart_overhead_s",
+            "requeue_delay_s",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if self.max_requeues_per_pass < 0:
+            raise ValueError(
+                f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
+            )
         if self.bf_max_job_test < 1:
             raise ValueError(f"bf_max_job_test must be >= 1, got {self.bf_max_job_test}")
         f = self.preemptible_fraction
@@ -94,7 +124,7 @@ class SimJob:
         "progress", "attained", "executed", "running", "start", "last_run", "waiting_since",
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
         "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
-        "limit", "preemptible", "killed", "timed_out", "name", "account",
+        "limit", "preemptible", "killed", "timed_out", "name", "account", "service",
     )  # fmt: skip
 
     def __init__(
@@ -111,6 +141,10 @@ class SimJob:
         self.name, self.account = t.job_name, t.account
         self.must_consolidate = must_consolidate
         self.progress = 0.0  # work seconds done (at full speed)
+        # its attained service, the value the live service keeps too (slurm_ext.attained);
+        # attained, executed, last_run and promoted_at copy it for the engine's hot path
+        # and change only with it (begin_stint, end_stint)
+        self.service = Attained()
         self.attained = 0.0  # GPU-seconds held, before the current stint
         self.executed = 0.0  # wall seconds held, before the current stint
         self.running = False
@@ -135,7 +169,20 @@ class SimJob:
         self.killed = False  # this stint's end event is its time limit
         self.timed_out = False  # killed at its limit (finished, unfinished work)
 
+    def begin_stint(self, now: float, promoted: bool) -> None:
+        """A run stint starts at `now`; `promoted`: the starvation guard lifted the job,
+        so the stint's queue counts from the service it has now."""
+        self.service = self.service.started(now, self.gpus, promoted)
+        self.promoted_at = self.service.promoted_at_gpu_s
+
+    def end_stint(self, now: float) -> None:
+        """The running stint ends at `now` (preempted or finished)."""
+        self.service = s = self.service.closed(now)
+        self.attained, self.executed, self.last_run = s.closed_gpu_s, s.closed_run_s, s.last_run_s
+        self.promoted_at = None
+
     def view(self, now: float) -> JobView:
+        # from the copied fields: a job running on shards (sim/coloc.py) has no stint
         ran = now - self.start if self.running else 0.0
         return JobView(
             job_id=self.id,

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from slurm_ext.hints import parse_hints
+from slurm_ext.slurm.sacct import parse_header, parse_row
 
 FORMATS = ("tiresias", "sacct", "pai")
 MAX_LINE_BYTES = 128 * 1024
@@ -57,7 +56,7 @@ def read_trace(
 ) -> Trace:
     """Read a trace, sorted by submit time and (with `shift`) moved so the first submit is 0.
 
-    The service reads sacct history with shift=False to keep wall-clock times."""
+    shift=False keeps wall-clock times."""
     if fmt not in FORMATS:
         raise ValueError(f"trace format must be one of {FORMATS}, got {fmt!r}")
     p = Path(path)
@@ -159,31 +158,6 @@ def _flag(row: dict[str, str], column: str) -> bool:
     return value == "1"
 
 
-_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
-
-
-def slurm_time_s(value: str) -> float | None:
-    """A Slurm time limit in seconds; None for UNLIMITED / Partition_Limit / empty.
-
-    Slurm's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
-    v = value.strip()
-    if v in ("", "UNLIMITED", "INFINITE", "Partition_Limit", "NONE", "None"):
-        return None
-    m = _SLURM_TIME.fullmatch(v) if len(v) <= 32 else None
-    if m is None:
-        raise ValueError(f"Timelimit: expected [D-]HH:MM:SS, MM:SS or MM, got {value[:40]!r}")
-    d, a, b, c = m.groups()
-    if d is not None:  # D-HH[:MM[:SS]]
-        secs = int(d) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-    elif c is not None:  # HH:MM:SS
-        secs = int(a) * 3600 + int(b) * 60 + int(c)
-    else:  # MM[:SS]
-        secs = int(a) * 60 + int(b or 0)
-    if secs <= 0:
-        raise ValueError(f"Timelimit must be > 0, got {value!r}")
-    return float(secs)
-
-
 def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
     need = ("job_id", "num_gpu", "submit_time", "duration")
     with _Lines(path) as lines:
@@ -229,68 +203,46 @@ def _tiresias(path: Path) -> Iterator[TraceJob | TraceError]:
                 yield TraceError(path, line, str(exc))
 
 
-_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
-
-
-def _sacct_time(value: str) -> float:
-    return datetime.fromisoformat(value).timestamp()
-
-
 def _sacct(path: Path) -> Iterator[TraceJob | TraceError]:
     """`sacct --parsable2 -o JobIDRaw,Submit,Start,End,AllocTRES,User,Partition,JobName`,
-    optionally Account, Timelimit and Comment (hints `checkpoint=1`, `opportunistic=1`)."""
+    optionally Account, Timelimit and Comment (hints `checkpoint=1`, `opportunistic=1`),
+    read by the service's parser (`slurm_ext.slurm.sacct`)."""
     with _Lines(path) as lines:
-        header = next(lines, "").rstrip("\n").split("|")
+        header = next(lines, "")
         if lines.errors:  # the header line itself is unreadable
             yield lines.errors[0]
             return
-        cols = {name: i for i, name in enumerate(header)}
-        jid = "JobIDRaw" if "JobIDRaw" in cols else "JobID"
-        tres = next((c for c in ("AllocTRES", "ReqTRES") if c in cols), None)
-        missing = [c for c in (jid, "Submit", "Start", "End") if c not in cols]
-        if missing or tres is None:
-            yield TraceError(path, 1, f"missing columns {', '.join(missing or ['AllocTRES'])}")
+        try:
+            cols = parse_header(header)
+        except ValueError as exc:
+            yield TraceError(path, 1, str(exc))
             return
         for raw in _checked(lines, lines):
             if isinstance(raw, TraceError):
                 yield raw
                 continue
-            line = lines.line
-            f = raw.rstrip("\n").split("|")
-            if not raw.strip():
-                continue
             try:
-                if len(f) != len(header):
-                    raise ValueError(f"expected {len(header)} fields, got {len(f)}")
-                if "." in f[cols[jid]]:
-                    continue  # job steps (123.batch, 123.0) repeat their job
-                m = _GPU_TRES.search(f[cols[tres]])
-                if not m or int(m.group(1)) == 0:
-                    continue  # not a GPU job
-                if f[cols["Start"]] in ("Unknown", "None", ""):
-                    continue  # never ran
-                submit = _sacct_time(f[cols["Submit"]])
-                duration = _sacct_time(f[cols["End"]]) - _sacct_time(f[cols["Start"]])
-                if duration <= 0:
-                    raise ValueError(f"End before Start ({duration:.0f} s)")
-                limit = slurm_time_s(f[cols["Timelimit"]]) if "Timelimit" in cols else None
-                hints = parse_hints(f[cols["Comment"]] if "Comment" in cols else "")
-                yield TraceJob(
-                    job_id=int(f[cols[jid]].split("_")[0]),
-                    gpus=int(m.group(1)),
-                    submit_time=submit,
-                    duration_s=duration,
-                    model_tag=f[cols["JobName"]] if "JobName" in cols else None,
-                    user=f[cols["User"]] if "User" in cols else "",
-                    partition=f[cols["Partition"]] if "Partition" in cols else "",
-                    job_name=f[cols["JobName"]] if "JobName" in cols else "",
-                    account=f[cols["Account"]] if "Account" in cols else "",
-                    time_limit_s=limit,
-                    checkpoint=hints.checkpoint,
-                    opportunistic=hints.opportunistic,
-                )
-            except (ValueError, KeyError) as exc:
-                yield TraceError(path, line, str(exc))
+                job = parse_row(cols, raw)
+            except ValueError as exc:
+                yield TraceError(path, lines.line, str(exc))
+                continue
+            if job is None:
+                continue
+            hints = parse_hints(job.comment)
+            yield TraceJob(
+                job_id=job.job_id,
+                gpus=job.gpus,
+                submit_time=job.submit_time,
+                duration_s=job.run_s,
+                model_tag=job.name if "JobName" in cols.index else None,
+                user=job.user,
+                partition=job.partition,
+                job_name=job.name,
+                account=job.account,
+                time_limit_s=job.time_limit_s,
+                checkpoint=hints.checkpoint,
+                opportunistic=hints.opportunistic,
+            )
 
 
 PAI_JOB_COLUMNS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")

@@ -1,4 +1,5 @@
-"""SlurmClient over Slurm's own commands: `squeue --json`, `sinfo --json`, `scontrol`.
+"""SlurmClient over Slurm's own commands: `squeue --json`, `sinfo --json`, `scontrol`,
+`sacct` (completed jobs, through the parser in `slurm/sacct.py`).
 
 Tested live on Slurm 22.05 (Debian 12) and 25.11 (built from source). Handles both JSON
 shapes: plain numbers and strings (data_parser v0.0.37/38, Slurm <= 22.05) and the
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.model import CompletedJob, Job, JobState, Node
 from slurm_ext.slurm.client import (
     JobNotFound,
     SlurmError,
@@ -30,8 +29,10 @@ from slurm_ext.slurm.client import (
     map_records,
     write_each,
 )
+from slurm_ext.slurm.command import failure_message, run_command, slurm_env
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
+from slurm_ext.slurm.sacct import parse_sacct, sacct_argv
 
 log = logging.getLogger("slurm_ext.slurm")
 
@@ -95,33 +96,16 @@ class CliSlurmClient:
     ) -> None:
         self.timeout = timeout
         self.bin_dir = bin_dir
-        self._env = dict(os.environ)
-        if slurm_conf:
-            self._env["SLURM_CONF"] = slurm_conf
+        self._env = slurm_env(slurm_conf)
         for var in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SQUEUE_SORT", "SINFO_FORMAT"):
             self._env.pop(var, None)
         self._nodes_from_scontrol = False  # set once sinfo --json shows the grouped shape
 
     # ---- plumbing -------------------------------------------------------------------
     def _run(self, argv: list[str], stdin: str | None = None) -> str:
-        cmd = " ".join(argv)
-        exe = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
-        try:
-            res = subprocess.run(
-                [exe, *argv[1:]],
-                input=stdin,
-                env=self._env,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise SlurmUnavailable(cmd, f"no answer within {self.timeout:.0f}s") from exc
-        except FileNotFoundError as exc:
-            raise SlurmError(cmd, f"{argv[0]} not found on PATH (install slurm-client)") from exc
+        res = run_command(argv, self.timeout, self._env, stdin, self.bin_dir)
         if res.returncode != 0:
-            msg = (res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")[:2000]
+            cmd, msg = " ".join(argv), failure_message(res)
             if any(h in msg for h in _NOT_FOUND_HINTS):
                 raise JobNotFound(cmd, msg)
             if any(h in msg for h in _UNAVAILABLE_HINTS):
@@ -195,6 +179,17 @@ class CliSlurmClient:
                 except ValueError:
                     log.warning("sprio: skipping unreadable line %r", line[:200])
         return factors
+
+    def completed_jobs(self, since: float) -> list[CompletedJob]:
+        """GPU jobs that ended since `since` (unix s), from `sacct`; SlurmError with
+        sacct's words where accounting is off. Malformed rows are left out, logged."""
+        argv = sacct_argv(since)
+        jobs, problems = parse_sacct(self._run(argv))
+        if problems:
+            log.warning(
+                "sacct: %d unreadable rows left out (first: %s)", len(problems), problems[0]
+            )
+        return jobs
 
     def nodes(self) -> list[Node]:
         if self._nodes_from_scontrol:

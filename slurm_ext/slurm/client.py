@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from slurm_ext.model import Job, Node
+from slurm_ext.model import CompletedJob, Job, Node
 
 log = logging.getLogger("slurm_ext.slurm")
 T = TypeVar("T")
@@ -43,6 +43,11 @@ class SlurmClient(Protocol):
         ...
 
     def nodes(self) -> list[Node]: ...
+
+    def completed_jobs(self, since: float) -> list[CompletedJob]:
+        """GPU jobs that ran and ended since `since` (unix s), from Slurm's accounting;
+        SlurmError (with Slurm's words) where there is none."""
+        ...
 
     def set_priority(self, job_id: int, priority: int) -> None: ...
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
-import os
 import re
-import subprocess
 
 from slurm_ext.slurm.cli_backend import CliSlurmClient
-from slurm_ext.slurm.client import SlurmClient, SlurmError
+from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
+from slurm_ext.slurm.command import run_command, slurm_env
 
 log = logging.getLogger("slurm_ext.slurm")
 
@@ -37,25 +36,16 @@ def slurm_version(
     Slurm's commands read slurm.conf even for --version (and retry for a minute when it
     is missing), hence the SLURM_CONF and the timeout.
     """
-    env = dict(os.environ)
-    if slurm_conf:
-        env["SLURM_CONF"] = slurm_conf
+    env = slurm_env(slurm_conf)
     problems = []
     for cmd in ("scontrol", "sinfo"):
         try:
-            res = subprocess.run(
-                [cmd, "--version"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except FileNotFoundError:
-            problems.append(f"{cmd} not on PATH")
-            continue
-        except subprocess.TimeoutExpired:
+            res = run_command([cmd, "--version"], timeout, env)
+        except SlurmUnavailable:
             problems.append(f"{cmd} --version gave no answer within {timeout:.0f}s")
+            continue
+        except SlurmError:
+            problems.append(f"{cmd} not on PATH")
             continue
         out = res.stdout.strip()
         version = parse_version(out) if res.returncode == 0 else None

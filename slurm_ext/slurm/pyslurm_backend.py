@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.model import CompletedJob, Job, JobState, Node
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import (
     JobNotFound,
@@ -44,6 +44,7 @@ from slurm_ext.slurm.client import (
 )
 from slurm_ext.slurm.gres import parse_gpus
 from slurm_ext.slurm.pyslurm_mapping import (
+    completed_from_db,
     job_from_pyslurm,
     layout_gpus,
     node_from_pyslurm,
@@ -181,6 +182,16 @@ class PySlurmClient:
                 if gpus:
                     found[int(parts[0])] = (gpus, gtype)
         return found
+
+    def completed_jobs(self, since: float) -> list[CompletedJob]:
+        """GPU jobs that ended since `since`, from slurmdbd through pyslurm.db (no sacct)."""
+        db = self._pyslurm.db
+        command = f"pyslurm.db.Jobs.load(JobFilter(start_time={int(since)}))"
+        loaded = self._call(command, lambda: db.Jobs.load(db.JobFilter(start_time=int(since))))
+        records = map_records(
+            loaded.values(), completed_from_db, command, "job", lambda o: getattr(o, "id", None)
+        )
+        return [r for r in records if r is not None]
 
     def nodes(self) -> list[Node]:
         loaded = self._call("pyslurm.Nodes.load()", self._pyslurm.Nodes.load)

@@ -1,4 +1,4 @@
-"""Pure mapping from pyslurm 25.11 objects to model.Job / model.Node, and of pyslurm's
+"""Pure mapping from pyslurm 25.11 objects to model.Job / Node / CompletedJob, and of pyslurm's
 errors to ours, read with getattr so it is tested on recorded pyslurm-shaped records
 without pyslurm installed. It mirrors `cli_backend.job_from_squeue` / `node_from_sinfo`;
 the RPC shell that uses it is `pyslurm_backend.PySlurmClient`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.model import CompletedJob, Job, JobState, Node
 from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
@@ -227,6 +227,39 @@ def node_from_pyslurm(obj: Any) -> Node:
         gpu_type=gtype,
         features=tuple(f for f in _text(features).split(",") if f),
         partitions=tuple(getattr(obj, "partitions", None) or ()),
+    )
+
+
+_ENDED = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL"})
+
+
+def completed_from_db(obj: Any) -> CompletedJob | None:
+    """Map one pyslurm.db.Job to the record sacct's parser gives for the same row (its
+    allocation, as `sacct --allocations`); None for one that is no GPU job that ran and
+    ended (the states of `slurm.sacct.ENDED_STATES`)."""
+    state = _text(getattr(obj, "state", None)).split(" ")[0].upper()  # "CANCELLED by 0"
+    if state not in _ENDED:
+        return None
+    start = _time(getattr(obj, "start_time", None))
+    end = _time(getattr(obj, "end_time", None))
+    if start is None or end is None or end <= start:
+        return None
+    gpus, _ = parse_gpus(tres_text(getattr(obj, "allocated_tres", None)))
+    if not gpus:
+        return None
+    limit = _int(getattr(obj, "time_limit", None))  # minutes; "PartitionLimit": unknown
+    return CompletedJob(
+        job_id=int(obj.id),
+        gpus=gpus,
+        submit_time=_time(getattr(obj, "submit_time", None)) or start,
+        start_time=start,
+        end_time=end,
+        user=_text(getattr(obj, "user_name", None)),
+        partition=_text(getattr(obj, "partition", None)),
+        name=_text(getattr(obj, "name", None)),
+        account=_text(getattr(obj, "account", None)),
+        time_limit_s=limit * 60.0 if limit else None,
+        comment=_text(getattr(obj, "comment", None)),
     )
 
 

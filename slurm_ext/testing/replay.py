@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurm_ext.model import Job, Node
+from slurm_ext.model import CompletedJob, Job, Node
 
 
 class ReplayClient:
-    def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node]) -> None:
+    def __init__(
+        self, jobs: Sequence[Job], nodes: Sequence[Node], completed: Sequence[CompletedJob] = ()
+    ) -> None:
         self.jobs_snapshot, self.nodes_snapshot = list(jobs), list(nodes)
+        self.completed = list(completed)  # what its accounting holds
         self.writes = 0
 
     def jobs(self, states: Sequence[str] = ()) -> list[Job]:
@@ -21,6 +24,9 @@ class ReplayClient:
 
     def nodes(self) -> list[Node]:
         return self.nodes_snapshot
+
+    def completed_jobs(self, since: float) -> list[CompletedJob]:
+        return [j for j in self.completed if j.end_time >= since]
 
     def _write(self, *args: object, **kwargs: object) -> None:
         self.writes += 1

@@ -1,0 +1,179 @@
+"""The simulator's priority keys, kept incrementally: the very keys
+`policy.priority_key` computes, and when each changes on its own
+(`policy.key_change_after`), for a wake-up at that moment.
+
+One heap of pending jobs per (GPU count, must-consolidate, cores per GPU) bucket (jobs
+that need the same room: when the best cannot start, none can) and one heap of running
+jobs, worst on top. Entries carry the job's `key_ver`: an entry whose version is not the
+job's is stale and dropped when it reaches the top. `order()` reads the heaps back so a
+test can check them against `policy.rank` on the same state.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from heapq import heappop, heappush
+from math import nextafter
+from typing import TYPE_CHECKING
+
+from slurm_ext.policy import build_table
+from slurm_ext.policy.ranking import key_and_change
+from slurm_ext.sim.clearing import ABOVE_ALL
+
+if TYPE_CHECKING:
+    from slurm_ext.sim.engine import Simulator
+    from slurm_ext.sim.simjob import SimJob
+
+INF = math.inf
+WAKE = 2  # event kind (engine.py)
+
+
+class KeyedQueues:
+    """Mixin of `Simulator`: the pending buckets and the running heap, and key updates."""
+
+    def _rekey(self: Simulator, job: SimJob, now: float, wake: bool = False) -> None:
+        """Recompute the job's key, file it in its heap and schedule its next change.
+
+        wake: called by the job's own wake-up; if its key came out unchanged (rounding
+        left the crossing just short, or the index does not move at that grid point), its
+        heap entry stays valid and is kept.
+        """
+        old = job.key
+        running = job.running
+        fs = 1.0 if self.ledger is None else self.ledger.at(job.user, now, self.running_jobs)
+        # the numbers `job.view(now)` would hold, without building it
+        if running:
+            ran = now - job.start
+            key, after = key_and_change(
+                self.cfg,
+                self.table,
+                now,
+                job.id,
+                job.gpus,
+                job.submit,
+                job.attained + job.gpus * ran,
+                job.executed + ran,
+                True,
+                ran,
+                None,
+                job.promoted_at,
+                job.duration,
+                job.user,
+                job.name,
+                job.account,
+                job.limit,
+                fs,
+            )
+        else:
+            key, after = key_and_change(
+                self.cfg,
+                self.table,
+                now,
+                job.id,
+                job.gpus,
+                job.submit,
+                job.attained,
+                job.executed,
+                False,
+                job.last_run,
+                job.waiting_since,
+                None,
+                job.duration,
+                job.user,
+                job.name,
+                job.account,
+                job.limit,
+                fs,
+            )
+        if not wake or key != old:
+            job.key = key
+            ver = job.key_ver = job.key_ver + 1
+            self.seq += 1
+            if running:
+                if key > old:
+                    self.epoch += 1
+                    blocked = self.blocked_keys
+                    if blocked:
+                        i = bisect_right(blocked, old)
+                        if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
+                            self._rose_past(job, i, bisect_left(blocked, key))
+                heappush(
+                    self.running,
+                    ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job),
+                )
+                dirty = self.dirty
+                for n, _ in job.alloc:
+                    dirty.add(n)
+            else:
+                b = (job.gpus, job.must_consolidate, job.cpus_per_gpu)
+                bucket = self.pending.get(b)
+                if bucket is None:
+                    bucket = self.pending[b] = []
+                heappush(bucket, (key, ver, self.seq, job))
+                self.pending_ver += 1
+        if after < INF and not (running and self.dynamic):
+            # at the exact crossing; if rounding leaves it just short, the wake re-arms
+            at = now + after
+            every = self.cl.pass_interval_s
+            if every > 0:  # the policy re-ranks at its passes only
+                at = math.ceil(at / every) * every
+            soonest = nextafter(now, INF)
+            if soonest > at:  # max(at, soonest)
+                at = soonest
+            seq = self.seq = self.seq + 1
+            heappush(self.events, (at, WAKE, seq, job.key_ver, job))
+
+    def _refresh_table(self: Simulator, now: float) -> None:
+        active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
+        active += [e[3] for e in self.running if e[1] == e[3].key_ver]
+        censored = None
+        if self.cfg.gittins_censored:  # what rank() would read off the active views
+            censored = [
+                (j.gpus, j.attained + j.gpus * (now - j.start) if j.running else j.attained)
+                for j in active
+            ]
+        self.table = build_table(list(self.history), self.cfg, censored)
+        self.since_refresh = 0
+        self.pending = {}
+        self.pending_ver += 1
+        self.running = []
+        for job in active:
+            self._rekey(job, now)
+
+    def _top(self: Simulator, heap: list, running: bool) -> SimJob | None:
+        while heap:
+            _, ver, _, job = heap[0]
+            if ver == job.key_ver and job.running == running and job.finish is None:
+                return job
+            heappop(heap)
+        return None
+
+    def _outranked(self: Simulator, key: tuple) -> bool:
+        """Whether some pending job ranks above `key` (the best pending key is cached
+        until the pending set changes: `pending_ver`)."""
+        if not self.cl.preemptive:
+            return False
+        if self.best_pending_at != self.pending_ver:
+            best = ABOVE_ALL
+            for heap in self.pending.values():
+                top = self._top(heap, False)
+                if top is not None and top.key < best:
+                    best = top.key
+            self.best_pending, self.best_pending_at = best, self.pending_ver
+        return self.best_pending < key
+
+    def order(self: Simulator) -> list[int]:
+        """Job ids in the order the incremental structures hold them (best first)."""
+        keyed = [
+            (e[0], e[3].id)
+            for b in self.pending.values()
+            for e in b
+            if e[1] == e[3].key_ver and not e[3].running
+        ]
+        keyed += [
+            (tuple(-x for x in e[0]), e[3].id)
+            for e in self.running
+            if e[1] == e[3].key_ver and e[3].running
+        ]
+        return [i for _, i in sorted(keyed)]
