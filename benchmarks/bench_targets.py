@@ -48,6 +48,7 @@ from multiprocessing import Pool
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.engine import SimConfig, Simulator
+from slurm_ext.sim.fragmentation import stranded_gpus
 from slurm_ext.sim.metrics import percentile
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
@@ -82,10 +83,9 @@ def runs(
 
 
 class Measured(Simulator):
-    """A run that also integrates the GPUs idle for fragmentation: while jobs wait, the
-    free GPUs on nodes with fewer free than W = min(GPUs per node, the widest waiting
-    job's GPUs), i.e. free GPUs that cannot serve the widest waiting job because they
-    sit on partly used nodes; and all free GPUs while jobs wait. Sampled after every
+    """A run that also integrates the GPUs idle for fragmentation (`stranded_gpus`:
+    while jobs wait, the free GPUs on nodes with fewer free than W = min(GPUs per node,
+    the widest waiting job's GPUs)); and all free GPUs while jobs wait. Sampled after every
     scheduling pass and backfill pass, held constant until the next sample."""
 
     def __init__(self, *a, **kw) -> None:
@@ -105,10 +105,9 @@ class Measured(Simulator):
         if not widest:
             self.last_frag = self.last_idle = 0
             return
-        w = min(widest, self.cl.gpus_per_node)
         free = self.idx.free.values()
         self.last_idle = sum(free)
-        self.last_frag = sum(f for f in free if f < w)
+        self.last_frag = stranded_gpus(free, widest, self.cl.gpus_per_node)
 
     def _pass(self, now: float, policy_acts: bool = True) -> None:
         super()._pass(now, policy_acts)

@@ -22,9 +22,11 @@ from slurm_ext.cli.options import (
     trace_options,
 )
 from slurm_ext.cli.output import echo_fields, echo_json
+from slurm_ext.policy.placement import MODES as PLACEMENT_MODES
 from slurm_ext.replay import target
 from slurm_ext.replay.metrics import KEYS, add_ratios
 from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.placement import PLACEMENT_KEYS
 from slurm_ext.replay.plan import MODES, PlanError, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted, ReplayError
 
@@ -69,6 +71,13 @@ def _say(msg: str) -> None:
 @policy_config_option(
     "TOML with PolicyConfig keys for the service (trace seconds; scaled for you)."
 )
+@click.option(
+    "--placement-hints",
+    type=click.Choice(PLACEMENT_MODES),
+    default=None,
+    help="Service modes: turn on the service's placement hints (ReqNodeList for jobs "
+    "that can start now) in this placement mode.  [default: off, as shipped]",
+)
 @json_option
 def replay(
     trace_path,
@@ -85,6 +94,7 @@ def replay(
     partition,
     workdir,
     config_path,
+    placement_hints,
     as_json,
 ):
     """Replay a trace live on Slurm, time-compressed, and report `simulate`'s metrics."""
@@ -121,7 +131,7 @@ def replay(
             rows[mode] = replay_mode(
                 trace.jobs, mode, root / mode, speedup, checkpoint_interval,
                 preemptible_fraction, seed, nodes, gpus_per_node, slurm_conf, partition,
-                policy=policy,
+                policy=policy, placement=placement_hints,
             )  # fmt: skip
     except (Interrupted, KeyboardInterrupt):
         _say("replay: interrupted; cancelled the jobs it submitted and stopped what it started")
@@ -140,5 +150,9 @@ def replay(
     for mode, row in rows.items():
         click.echo(f"== {mode}")
         echo_fields(
-            {k: row[k] for k in (*KEYS, "vs_slurm", "speedup", "limit_stretch") if k in row}
+            {
+                k: row[k]
+                for k in (*KEYS, *PLACEMENT_KEYS, "vs_slurm", "speedup", "limit_stretch")
+                if k in row
+            }
         )

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from slurm_ext.policy import PolicyConfig
+from slurm_ext.replay import placement as placement_
 from slurm_ext.replay import service, target
 from slurm_ext.replay.metrics import summarize
 from slurm_ext.replay.plan import limit_fidelity, plan
@@ -52,8 +53,10 @@ def replay_mode(
     accounting: bool = True,
     stop_event=None,
     policy: PolicyConfig | None = None,
+    placement: str | None = None,
 ) -> dict[str, float]:
-    """One mode on a fresh local cluster (or the given partition); its summary row."""
+    """One mode on a fresh local cluster (or the given partition); its summary row.
+    placement: the service's placement hints mode (None: off, as shipped)."""
     label = f"[{mode}] "
     tgt = target.existing(slurm_conf, partition or "") if slurm_conf else None
     if tgt is not None and mode != "slurm":
@@ -88,18 +91,24 @@ def replay_mode(
                 policy=policy,
                 checkpoint_interval_s=checkpoint_interval,
             )
+            if placement:
+                placement_.enable_hints(cfg, placement)
             proc = service.start(cfg, workdir / "service.log")
             _say(f"{label}service started (pid {proc.pid}, log {workdir}/service.log)")
         replay = Replay(tgt, planned, workdir / "jobs", checkpoint_interval / speedup, label, _say)
         if stop_event is not None:
             replay.stop_event = stop_event
-        records, _ = replay.run()
+        records, epoch = replay.run()
         save_records(workdir / "records.json", records, replay.submitted)
+        # which nodes each run held (sacct): waits of wide jobs, GPUs idle for fragmentation
+        frag = placement_.record(workdir, tgt, replay.submitted, epoch, speedup)
         row = summarize(records.values(), tgt.total_gpus, speedup)
         row["mode"] = mode  # type: ignore[assignment]
         row["speedup"] = speedup
         row["limit_stretch"] = limit_fidelity(planned, speedup)
         row["accounting"] = tgt.accounting  # type: ignore[assignment]
+        row["placement_hints"] = placement or "off" if mode != "slurm" else "-"  # type: ignore[assignment]
+        row.update({k: v for k, v in frag.items() if k not in row})
         return row
     finally:
         if replay is not None and replay.submitted and tgt is not None and tgt.cluster is None:
