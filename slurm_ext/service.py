@@ -32,6 +32,7 @@ from slurm_ext.service_steps import (
 )
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import completion_rows
+from slurm_ext.slurm.hostlist import compress_hostlist
 from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
 from slurm_ext.writeback import assign_values, changed
 
@@ -127,6 +128,13 @@ class PassResult:
 
 
 # ---- the shell ----------------------------------------------------------------------
+
+
+def _user_placed(job: Job, stored: DecisionRecord | None) -> bool:
+    """The job's node list or exclusion is its owner's (not a pin this service wrote):
+    the service never overrides it."""
+    ours = stored is not None and stored.placement is not None
+    return bool(job.required_nodes or job.excluded_nodes) and not ours
 
 
 class Service:
@@ -260,17 +268,24 @@ class Service:
         res.planned = changed(desired, current)
         placements: dict[int, tuple[str, ...] | None] = {}
         if self.config.placement:
-            placements = plan_placements(targets, nodes, self.config.placement_mode)
+            placements = plan_placements(
+                [j for j in targets if not _user_placed(j, stored.get(j.job_id))],
+                nodes,
+                self.config.placement_mode,
+            )
         res.placements = {j: p for j, p in placements.items() if p}
         values: dict[int, int] = {}
         placed: dict[int, tuple[str, ...] | None] = {}
         if self.dry_run:
             return values, placed
+        names = [n.name for n in nodes]
         try:
             values.update(self._write_values(res, res.planned))
             for job_id, nodes_ in placements.items():
                 now_placed = stored[job_id].placement if job_id in stored else None
-                if nodes_ != now_placed and self._write(res, self._set_placement, job_id, nodes_):
+                if nodes_ != now_placed and self._write(
+                    res, self._set_placement, job_id, nodes_, names
+                ):
                     placed[job_id] = nodes_
             if self.config.preemption == "requeue":
                 self._preempt(res, decisions, by_id, nodes, pins)
@@ -443,8 +458,20 @@ class Service:
         res.writes += len(planned) - len(failed)
         return {j: v for j, v in planned.items() if j not in failed}
 
-    def _set_placement(self, job_id: int, nodes: tuple[str, ...] | None) -> None:
-        self.client.set_placement(job_id, required_nodes=list(nodes or ()))
+    def _set_placement(
+        self, job_id: int, hint: tuple[str, ...] | None, names: Sequence[str]
+    ) -> None:
+        """Keep a waiting job to the nodes of `hint` (None: lift the service's pin) by
+        excluding every other node. Not ReqNodeList: on a job Slurm started since the
+        pass read the queue, slurmctld reads ReqNodeList as a resize of the running job
+        (seen live: it shrank a two-node job to one), where it refuses a new ExcNodeList for
+        a job that is no longer pending (tests/test_placement_live.py, 22.05 and 25.11)."""
+        others = [n for n in names if n not in (hint or ())]
+        if hint is not None and not others:
+            return  # a pin to every node restricts nothing
+        self.client.set_placement(
+            job_id, excluded_nodes=[compress_hostlist(others)] if hint is not None else []
+        )
 
     def _write(self, res: PassResult, fn, *args) -> bool:
         try:

@@ -397,7 +397,8 @@ def test_placement_hint_pins_the_best_fit_node(clean_queue, tmp_path):
     )
     job = c.sbatch("--gpus=2", "--begin=now+8", "-J", "p")  # pending but not held
     cli("serve", "--once", "--config", str(config))
-    assert "ReqNodeList=node2 " in _show(c, job)  # exactly 2 free there: best fit, one node
+    shown = _show(c, job)  # exactly 2 free on node2: best fit, one node; every other excluded
+    assert "ReqNodeList=(null) ExcNodeList=node[1,3-4]\n" in shown, shown
     info = json.loads(cli("explain", str(job), "--json", "--config", str(config)).stdout)
     assert info["placement"] == ["node2"]
     wait_for(lambda: "JobState=RUNNING" in _show(c, job), timeout=30, what="placed job running")
