@@ -20,7 +20,7 @@ from multiprocessing import Pool
 
 from bench_targets import runs, seeds
 
-from slurm_ext.policy.ranking import wait_guarded
+from slurm_ext.policy.guards import wait_guarded
 from slurm_ext.sim.engine import Simulator
 from slurm_ext.sim.metrics import percentile
 from slurm_ext.sim.users import synth_user_jobs

@@ -20,7 +20,7 @@ from slurm_ext.config import choices, positive
 from slurm_ext.model import Decision, Job, JobView, Node
 from slurm_ext.opportunistic_requeue import OpportunisticSection, requeue_overdue
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.ranking import starts_promoted
+from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold, persisted_fields
 from slurm_ext.service_steps import (

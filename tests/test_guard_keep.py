@@ -9,11 +9,13 @@ the guarded waiting job and is requeued for it; with the keep it stays.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.ranking import starts_promoted
+from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.records import fold
 from slurm_ext.service_steps import job_view, preemption_victims
 from slurm_ext.sim.engine import SimConfig, Simulator
@@ -58,6 +60,16 @@ def _slurm_job(t: TraceJob, running: bool) -> Job:
         requeue=True,
         comment="checkpoint=1",
     )
+
+
+def rank_at_now(cfg: PolicyConfig, composed: bool = False) -> list:
+    """The service's decisions at NOW (the wide job marked as a guard's start)."""
+    trace = _trace()
+    jobs = [_slurm_job(trace[0], True), _slurm_job(trace[1], False)]
+    records = fold({}, [_slurm_job(t, False) for t in trace], WIDE_START - 1.0).records
+    records = fold(records, jobs, NOW, {WIDE}).records
+    views = [job_view(j, records[j.job_id], NOW) for j in jobs]
+    return rank(views, NOW, cfg, HISTORY)
 
 
 def service_decides(cfg: PolicyConfig) -> tuple[list[int], list[int], bool]:
@@ -111,18 +123,8 @@ def test_with_the_keep_it_stays_in_both_shells(keep):
     assert kept and order == [WIDE, NARROW] and victims == []
     assert simulator_decides(cfg) == (order, victims)
     # the explanation says why it ranks first
-    view = job_view(
-        _slurm_job(_trace()[0], True),
-        fold(
-            fold({}, [_slurm_job(_trace()[0], False)], 10.0).records,
-            [_slurm_job(_trace()[0], True)],
-            NOW,
-            {WIDE},
-        ).records[WIDE],
-        NOW,
-    )
-    (d,) = rank([view], NOW, cfg, HISTORY)
-    assert "started under a guard" in d.reason
+    wide = next(d for d in rank_at_now(cfg) if d.job_id == WIDE)
+    assert "started under a guard" in wide.reason
 
 
 def test_the_keep_ends_after_its_share_of_the_predicted_run():
@@ -131,6 +133,17 @@ def test_the_keep_ends_after_its_share_of_the_predicted_run():
     order, victims, kept = service_decides(cfg)
     assert kept and order == [NARROW, WIDE] and victims == [WIDE]
     assert simulator_decides(cfg) == (order, victims)
+
+
+@pytest.mark.parametrize("guard", ["site", "promote"])
+def test_guarded_flag_survives_the_fair_share_composition(guard):
+    # composed with Slurm's fair-share the guard is a site factor, not the GUARDED score:
+    # the decision still says the job is guarded, so its stint is marked
+    cfg = replace(_cfg(1.0), fairshare_site_weight=1000.0, fairshare_guard=guard)
+    flags = {d.job_id: d.guarded for d in rank_at_now(cfg)}
+    assert flags == {WIDE: False, NARROW: True}  # running: not lifted now
+    assert starts_promoted(rank_at_now(cfg), cfg) == {NARROW}
+    assert starts_promoted(rank_at_now(cfg), replace(cfg, wait_guard_keep=0.0)) == set()
 
 
 def test_wait_guard_keep_must_be_a_non_negative_number():

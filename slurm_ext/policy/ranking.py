@@ -18,6 +18,7 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
+from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
 from slurm_ext.policy.kinds import Completed, KindTables
 
 Key = tuple[int, int, float, float, int]
@@ -88,10 +89,6 @@ def queue_of(service_gpu_s: float, gpus: int, config: PolicyConfig) -> int:
     return bisect.bisect_right(
         config.queue_thresholds_gpu_s, service_gpu_s / queue_scale(gpus, config)
     )
-
-
-# the score of a job the wait guard lifted: ahead of any Gittins index
-GUARDED = -math.inf
 
 
 def protected(job: JobView, config: PolicyConfig) -> bool:
@@ -278,84 +275,6 @@ def key_and_change(
         after = 0.0 if running else math.inf
         return (prot, 0, total - gpus * executed_s, submit_time, job_id), after
     raise ValueError(f"unknown policy {p!r}")
-
-
-def own_table(
-    table: GittinsTable,
-    gpus: int,
-    user: str,
-    job_name: str,
-    account: str,
-    time_limit_s: float | None,
-    attained_gpu_s: float,
-) -> GittinsTable:
-    """The table a job's Gittins index reads: its kind's (policy/kinds.py), its GPU
-    class's, or the pooled one."""
-    if table.kinds is not None:
-        return table.kinds.choose(gpus, user, job_name, account, time_limit_s).pick(attained_gpu_s)
-    if table.classes is not None:
-        return table.for_gpus(gpus)
-    return table
-
-
-def guard_promotes(config: PolicyConfig) -> bool:
-    """Whether the wait guard lifts jobs ahead of everyone (gittins, guard "promote")."""
-    return (
-        config.policy == "gittins"
-        and config.wait_guard == "promote"
-        and (config.wait_guard_factor > 0)
-    )
-
-
-def kept_guard_s(
-    own: GittinsTable,
-    gpus: int,
-    attained_gpu_s: float,
-    promoted_at_gpu_s: float,
-    config: PolicyConfig,
-) -> float:
-    """Seconds a running job whose stint a guard started keeps the guard's rank (<= 0:
-    no longer): `wait_guard_keep` x its predicted run at the stint's start (1 / index,
-    GPU-seconds over its GPUs, the wait guard's own unit) less what the stint has run.
-    Without it the job is judged by its index alone the moment it starts and the next
-    guarded job requeues it after `min_run_s` (issue 13's requeue thrash); Tiresias'
-    promotion likewise holds for the stint it starts. `own`: the job's `own_table`."""
-    if not guard_promotes(config) or gpus <= 0:
-        return 0.0
-    index = own.step(promoted_at_gpu_s)[0]
-    if index <= 0.0:
-        return 0.0
-    ran = (attained_gpu_s - promoted_at_gpu_s) / gpus
-    return config.wait_guard_keep / (index * gpus) - ran
-
-
-def wait_guarded(
-    config: PolicyConfig,
-    table: GittinsTable | None,
-    now: float,
-    gpus: int,
-    attained_gpu_s: float,
-    since: float,
-    user: str = "",
-    job_name: str = "",
-    account: str = "",
-    time_limit_s: float | None = None,
-) -> bool:
-    """Whether the wait guard ("promote") lifts a waiting job now: it has waited since
-    `since` >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
-    if not guard_promotes(config) or table is None or not table.samples or gpus <= 0:
-        return False
-    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
-    index = own.step(attained_gpu_s)[0]
-    return index > 0 and since + config.wait_guard_factor / (index * gpus) - now <= 0.0
-
-
-def starts_promoted(decisions: Sequence[Decision], config: PolicyConfig) -> set[int]:
-    """The waiting jobs whose next stint a guard starts: promoted by the starvation guard,
-    or lifted by the wait guard when stints keep it (`wait_guard_keep`). The service
-    passes them to the next fold (`records.fold`), as the simulator decides at a start."""
-    keep = config.wait_guard_keep > 0
-    return {d.job_id for d in decisions if d.promoted or (keep and d.guarded)}
 
 
 def _to_next_pass(now: float, config: PolicyConfig) -> float:
@@ -546,27 +465,8 @@ def rank(
         table = build_table(history, config, active)
     keyed = sorted((priority_key(j, now, config, table, fair_share), j) for j in jobs)
     out = []
-    composed = config.fairshare_site_weight > 0
     for i, (k, j) in enumerate(keyed):
         chosen = _chosen(j, config, table)  # the table the job's index reads, and its group
-        guarded = not j.running and (
-            k[2] == GUARDED
-            or (
-                composed
-                and wait_guarded(
-                    config,
-                    table,
-                    now,
-                    j.gpus,
-                    j.attained_gpu_s,
-                    j.waiting_since if j.waiting_since is not None else j.submit_time,
-                    j.user,
-                    j.job_name,
-                    j.account,
-                    j.time_limit_s,
-                )
-            )
-        )
         out.append(
             Decision(
                 job_id=j.job_id,
@@ -574,7 +474,7 @@ def rank(
                 queue=k[1],
                 index=_reported_index(j, k, config, table, chosen),
                 promoted=_uses_queues(config) and promoted(j, now, config),
-                guarded=guarded,
+                guarded=lifted(j, k[2], now, config, table),
                 reason=explain(j, k, now, config, table, chosen),
                 group=(chosen[1] or "pooled") if chosen else "",
                 group_samples=chosen[0].samples if chosen else 0,
