@@ -39,11 +39,8 @@ def own_table(
 
 def guard_promotes(config: PolicyConfig) -> bool:
     """Whether the wait guard lifts jobs ahead of everyone (gittins, guard "promote")."""
-    return (
-        config.policy == "gittins"
-        and config.wait_guard == "promote"
-        and (config.wait_guard_factor > 0)
-    )
+    promote = config.wait_guard == "promote" and config.wait_guard_factor > 0
+    return config.policy == "gittins" and promote
 
 
 def kept_guard_s(
