@@ -183,8 +183,10 @@ class JobView:
     partition: str = ""
     model_tag: str | None = None
     true_duration_s: float | None = None
-    # attained service when the starvation guard's promotion let this job start; while
-    # that stint lasts its queue counts only service since then (None: not promoted)
+    # attained service when a guard's promotion let this job start (the starvation guard,
+    # or the wait guard with `wait_guard_keep`); while that stint lasts its queue counts
+    # only service since then, and it keeps the wait guard's rank a while (None: not
+    # promoted)
     promoted_at_gpu_s: float | None = None
     # its kind, for the conditioned Gittins index (policy/kinds.py); "" / None: unknown
     job_name: str = ""
@@ -201,6 +203,7 @@ class Decision:
     queue: int = 0
     index: float = 0.0  # Gittins index or other score; higher is better for Gittins
     promoted: bool = False  # the starvation guard lifted it
+    guarded: bool = False  # the wait guard ("promote") lifts it while it waits
     reason: str = ""
     group: str = ""  # the history group the Gittins index came from ("" if none)
     group_samples: int = 0  # completed jobs in that group

@@ -20,6 +20,7 @@ from slurm_ext.config import choices, positive
 from slurm_ext.model import Decision, Job, JobView, Node
 from slurm_ext.opportunistic_requeue import OpportunisticSection, requeue_overdue
 from slurm_ext.policy import PolicyConfig, rank
+from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
 from slurm_ext.records import TERMINAL, fold, persisted_fields
 from slurm_ext.service_steps import (
@@ -242,7 +243,7 @@ class Service:
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         decisions = rank(views, now, policy, history or None)
-        self._promoted = {d.job_id for d in decisions if d.promoted}
+        self._promoted = starts_promoted(decisions, policy)
         return decisions
 
     def _act(

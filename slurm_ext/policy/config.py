@@ -67,6 +67,12 @@ class PolicyConfig:
         doubles each time its wait passes 1, 3, 7, ... x (factor x predicted run)
         (wait_guard = "age": aging in the job's own predicted service, as the response
         ratio of HRRN, in steps so keys change at events). 0 disables.
+    wait_guard_keep: a job whose stint the wait guard ("promote") or the starvation guard
+        started keeps the guard's rank (ahead of every unguarded job, so it is no
+        preemption victim for them) until that stint has run this x its predicted run at
+        the start (1 / index, the guard's unit). Without it the job ranks by its index
+        alone once it starts and the next guarded job requeues it after min_run_s (the
+        requeue thrash, docs/benchmarks.md). 0: off; default 10 (= the guard factor).
     max_preemptions: a running job preempted this many times already is not preempted
         again (0: no cap); bounds the requeues of one job on long, backlogged runs.
     preemption_cost: weigh a requeue's cost against the waiting job's gain
@@ -115,6 +121,7 @@ class PolicyConfig:
     gittins_index: str = choices("auto", "quantum", "whole", default="auto")
     wait_guard_factor: float = 10.0
     wait_guard: str = choices("promote", "age", default="promote")
+    wait_guard_keep: float = 10.0
     max_preemptions: int = 50
     preemption_cost: bool = True
     preemption_checkpoint_s: float = 900.0
@@ -145,6 +152,8 @@ class PolicyConfig:
             raise ValueError("gittins grid must start > 0 with >= 1 point per decade")
         if self.wait_guard_factor < 0:
             raise ValueError("wait_guard_factor must be >= 0 (0: off)")
+        if not self.wait_guard_keep >= 0:  # NaN too
+            raise ValueError(f"wait_guard_keep must be >= 0 (0: off), got {self.wait_guard_keep}")
         for name in ("preemption_checkpoint_s", "preemption_restart_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):

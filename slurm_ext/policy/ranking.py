@@ -18,6 +18,7 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
+from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
 from slurm_ext.policy.kinds import Completed, KindTables
 
 Key = tuple[int, int, float, float, int]
@@ -88,10 +89,6 @@ def queue_of(service_gpu_s: float, gpus: int, config: PolicyConfig) -> int:
     return bisect.bisect_right(
         config.queue_thresholds_gpu_s, service_gpu_s / queue_scale(gpus, config)
     )
-
-
-# the score of a job the wait guard lifted: ahead of any Gittins index
-GUARDED = -math.inf
 
 
 def protected(job: JobView, config: PolicyConfig) -> bool:
@@ -201,18 +198,21 @@ def key_and_change(
                 queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
         score = 0.0
         if p == "gittins" and table is not None and table.samples:
-            if table.kinds is not None:
-                table = table.kinds.choose(gpus, user, job_name, account, time_limit_s).pick(
-                    attained_gpu_s
-                )
-            elif table.classes is not None:
-                table = table.for_gpus(gpus)
+            table = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
             index, change_at = table.step(attained_gpu_s)
             score = -index
             if running and gpus > 0:
                 t = (change_at - attained_gpu_s) / gpus
                 if t < after:
                     after = t
+                if promoted_at_gpu_s is not None and config.wait_guard_keep > 0:
+                    # a stint a guard started keeps the guard's rank (queue 0, ahead of
+                    # every unguarded job) for a while
+                    left = kept_guard_s(table, gpus, attained_gpu_s, promoted_at_gpu_s, config)
+                    if left > 0.0:
+                        queue, score = 0, GUARDED
+                        if left < after:
+                            after = left
             elif not running and config.wait_guard_factor > 0 and index > 0 and gpus > 0:
                 # wait guard: waited >= factor x its predicted run (1 / index GPU-seconds
                 # over its GPUs) -> ahead of every unguarded job, first come first served
@@ -410,7 +410,12 @@ def explain(
                 )
             else:
                 parts.append("no history yet: 2D-LAS order")
-            if key[2] == GUARDED:
+            if key[2] == GUARDED and job.running:
+                parts.append(
+                    f"started under a guard: keeps its rank for {config.wait_guard_keep:g} x"
+                    " its predicted run"
+                )
+            elif key[2] == GUARDED:
                 parts.append(
                     f"wait guard: waited >= {config.wait_guard_factor:g} x its predicted run,"
                     " ahead of unguarded jobs"
@@ -469,6 +474,7 @@ def rank(
                 queue=k[1],
                 index=_reported_index(j, k, config, table, chosen),
                 promoted=_uses_queues(config) and promoted(j, now, config),
+                guarded=lifted(j, k[2], now, config, table),
                 reason=explain(j, k, now, config, table, chosen),
                 group=(chosen[1] or "pooled") if chosen else "",
                 group_samples=chosen[0].samples if chosen else 0,

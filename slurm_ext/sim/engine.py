@@ -37,6 +37,7 @@ from operator import itemgetter
 
 from slurm_ext.model import JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, choose_gpus, spread_slowdown
+from slurm_ext.policy.guards import wait_guarded
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.placement import min_nodes
 from slurm_ext.policy.ranking import starved
@@ -267,10 +268,17 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                 return
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
-        # a promoted job gets a fresh quantum
-        job.begin_stint(
-            now, starved(False, job.last_run, job.waiting_since, job.submit, now, self.cfg)
-        )
+        # a promoted job gets a fresh quantum (and keeps the wait guard's rank a while:
+        # `wait_guard_keep`); the service reads the same from its last pass
+        # (`starts_promoted`)
+        cfg = self.cfg
+        promoted = starved(False, job.last_run, job.waiting_since, job.submit, now, cfg)
+        if not promoted and cfg.wait_guard_keep > 0:
+            promoted = wait_guarded(
+                cfg, self.table, now, job.gpus, job.attained, job.waiting_since,
+                job.user, job.name, job.account, job.limit,
+            )  # fmt: skip
+        job.begin_stint(now, promoted)
         self.cluster.take(job, alloc)
         self.pending_ver += 1  # it leaves the pending set
         self.n_pending -= 1

@@ -1,0 +1,112 @@
+"""The guards' pure pieces: when the wait guard lifts a waiting job, and how long a
+stint a guard started keeps the guard's rank (`wait_guard_keep`).
+
+`ranking.key_and_change` reads them for every key; the simulator asks `wait_guarded`
+when a job starts, the service `starts_promoted` after each pass (its next fold marks
+the stints they start: `promoted_at_gpu_s`), so both shells mark the same stints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from slurm_ext.model import Decision, JobView
+from slurm_ext.policy.config import PolicyConfig
+from slurm_ext.policy.gittins import GittinsTable
+
+# the score of a job the wait guard lifted: ahead of any Gittins index
+GUARDED = -math.inf
+
+
+def own_table(
+    table: GittinsTable,
+    gpus: int,
+    user: str,
+    job_name: str,
+    account: str,
+    time_limit_s: float | None,
+    attained_gpu_s: float,
+) -> GittinsTable:
+    """The table a job's Gittins index reads: its kind's (policy/kinds.py), its GPU
+    class's, or the pooled one."""
+    if table.kinds is not None:
+        return table.kinds.choose(gpus, user, job_name, account, time_limit_s).pick(attained_gpu_s)
+    if table.classes is not None:
+        return table.for_gpus(gpus)
+    return table
+
+
+def guard_promotes(config: PolicyConfig) -> bool:
+    """Whether the wait guard lifts jobs ahead of everyone (gittins, guard "promote")."""
+    promote = config.wait_guard == "promote" and config.wait_guard_factor > 0
+    return config.policy == "gittins" and promote
+
+
+def kept_guard_s(
+    own: GittinsTable,
+    gpus: int,
+    attained_gpu_s: float,
+    promoted_at_gpu_s: float,
+    config: PolicyConfig,
+) -> float:
+    """Seconds a running job whose stint a guard started keeps the guard's rank (<= 0:
+    no longer): `wait_guard_keep` x its predicted run at the stint's start (1 / index,
+    GPU-seconds over its GPUs, the wait guard's own unit) less what the stint has run.
+    Without it the job is judged by its index alone the moment it starts and the next
+    guarded job requeues it after `min_run_s` (issue 13's requeue thrash); Tiresias'
+    promotion likewise holds for the stint it starts. `own`: the job's `own_table`."""
+    if not guard_promotes(config) or gpus <= 0:
+        return 0.0
+    index = own.step(promoted_at_gpu_s)[0]
+    if index <= 0.0:
+        return 0.0
+    ran = (attained_gpu_s - promoted_at_gpu_s) / gpus
+    return config.wait_guard_keep / (index * gpus) - ran
+
+
+def wait_guarded(
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    now: float,
+    gpus: int,
+    attained_gpu_s: float,
+    since: float,
+    user: str = "",
+    job_name: str = "",
+    account: str = "",
+    time_limit_s: float | None = None,
+) -> bool:
+    """Whether the wait guard ("promote") lifts a waiting job now: it has waited since
+    `since` >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
+    if not guard_promotes(config) or table is None or not table.samples or gpus <= 0:
+        return False
+    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
+    index = own.step(attained_gpu_s)[0]
+    return index > 0 and since + config.wait_guard_factor / (index * gpus) - now <= 0.0
+
+
+def lifted(
+    job: JobView, score: float, now: float, config: PolicyConfig, table: GittinsTable | None
+) -> bool:
+    """`Decision.guarded`: the wait guard lifts this waiting job now. `score`: its key's
+    (GUARDED unless composed with fair-share, which maps the guard to a site factor)."""
+    if job.running:
+        return False
+    if score == GUARDED:
+        return True
+    if config.fairshare_site_weight <= 0:
+        return False
+    since = job.waiting_since if job.waiting_since is not None else job.submit_time
+    return wait_guarded(
+        config, table, now, job.gpus, job.attained_gpu_s, since,
+        job.user, job.job_name, job.account, job.time_limit_s,
+    )  # fmt: skip
+
+
+def starts_promoted(decisions: Sequence[Decision], config: PolicyConfig) -> set[int]:
+    """The waiting jobs whose next stint a guard starts: promoted by the starvation guard,
+    or lifted by the wait guard when stints keep it (`wait_guard_keep`). The service
+    passes them to the next fold (`records.fold`), as the simulator decides at a start."""
+    keep = config.wait_guard_keep > 0
+    return {d.job_id for d in decisions if d.promoted or (keep and d.guarded)}
