@@ -23,6 +23,7 @@ from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.ranking import Key, _key_and_change, decide
+from slurm_ext.store import copy_with
 
 # a key is recomputed this long before the moment it may change: a float's rounding of
 # (now + after) must not let a pass keep a key just past that moment
@@ -79,9 +80,7 @@ class RankCache:
             if d is None or not reuse or d.promoted:
                 d = k.decision = decide(i, key, v, now, config, table)
             elif d.rank != i:
-                d = Decision(
-                    d.job_id, i, d.queue, d.index, d.promoted, d.reason, d.group, d.group_samples
-                )
+                d = copy_with(d, rank=i)
             out.append(d)
         self._kept, self._order = kept, [d.job_id for d in out]
         return out

@@ -235,9 +235,11 @@ class Service:
                 continue
             key = waiting_inputs(job, rec)
             last = self._views.get(job.job_id)
-            view = last[1] if last is not None and last[0] == key else job_view(job, rec, now)
-            reused[job.job_id] = (key, view)
-            views.append(view)
+            if last is None or last[0] != key:
+                # (the same pair kept otherwise: fewer new objects for the collector)
+                last = (key, job_view(job, rec, now))
+            reused[job.job_id] = last
+            views.append(last[1])
         self._views = reused  # waiting jobs' views, for the next pass
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")

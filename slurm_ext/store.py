@@ -206,7 +206,7 @@ class JobRecord:
     def seen(self, now: float) -> JobRecord:
         """This record, seen again at `now` with nothing else changed (every pass, for
         nearly every job)."""
-        return _copy_with(self, last_seen=now)
+        return copy_with(self, last_seen=now)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
@@ -238,10 +238,10 @@ class DecisionRecord:
     def reranked(self, rank: int) -> DecisionRecord:
         """The same decision at another position in the order (most waiting jobs move
         every pass as running jobs pass them)."""
-        return _copy_with(self, rank=rank)
+        return copy_with(self, rank=rank)
 
 
-def _copy_with(rec: Any, **changes: Any) -> Any:
+def copy_with(rec: Any, **changes: Any) -> Any:
     """A copy of a frozen record with `changes`, made by copying its fields rather than
     running its dataclass __init__ (which has no checks to skip): a pass does this for
     nearly every one of 55,000 jobs, and `dataclasses.replace` is ten times slower."""
