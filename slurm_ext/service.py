@@ -3,8 +3,9 @@
 A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them into the
 store's attained-service records (`slurm_ext.records`; restart-safe: a stint's start
 comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
-the simulator calls), turn the order into priority values with `writeback.assign_values`,
-and write only the jobs whose value, placement or run state must change.
+the simulator calls; `slurm_ext.rank_cache` redoes only what changed since the last
+pass), turn the order into priority values with `writeback.assign_values`, and write
+only the jobs whose value, placement or run state must change.
 """
 
 from __future__ import annotations
