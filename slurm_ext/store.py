@@ -425,6 +425,9 @@ class Store:
         """The stored decisions, each with its rank: its place in the stored order (the
         rank column holds the rank when the decision was made, which later passes do not
         rewrite; a decision the order lacks keeps it)."""
+        if not self.db.in_transaction:  # the rows and the order from the same commit
+            with self.snapshot():
+                return self.decisions()
         out = {r["job_id"]: _decision_record(r) for r in self.db.execute("SELECT * FROM decisions")}
         row = self.db.execute("SELECT job_ids FROM decision_order WHERE id = 0").fetchone()
         for i, job_id in enumerate(_unpack_ids(row[0]) if row else ()):
