@@ -3,8 +3,9 @@
 A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them into the
 store's attained-service records (`slurm_ext.records`; restart-safe: a stint's start
 comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
-the simulator calls), turn the order into priority values with `writeback.assign_values`,
-and write only the jobs whose value, placement or run state must change.
+the simulator calls; `slurm_ext.rank_cache` redoes only what changed since the last
+pass), turn the order into priority values with `writeback.assign_values`, and write
+only the jobs whose value, placement or run state must change.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from slurm_ext.collector import PassCollector
 from slurm_ext.config import choices, positive
 from slurm_ext.model import Decision, Job, JobView, Node
 from slurm_ext.opportunistic_requeue import OpportunisticSection, requeue_overdue
-from slurm_ext.policy import PolicyConfig, rank
+from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
+from slurm_ext.rank_cache import RankCache
 from slurm_ext.records import TERMINAL, fold, persisted_fields
 from slurm_ext.service_steps import (
     job_view,
@@ -163,6 +166,9 @@ class Service:
         self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
         self._wal_warned_at = -1e9
         self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
+        self._order: list[int] | None = None  # the decision order the store holds
+        self._ranker = RankCache()  # `policy.rank`, pass after pass
+        self._collector = PassCollector()
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -182,22 +188,24 @@ class Service:
 
     def run_pass(self, now: float | None = None) -> PassResult:
         """One pass: read Slurm, fold it into the records, rank, write what must change,
-        remember the decisions. Each step below is one of these."""
+        remember the decisions. Each step below is one of these; the garbage collector
+        waits until the pass is done (`slurm_ext.collector`)."""
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
-        self._import_history(now)
-        jobs = self.client.jobs(states=ACTIVE + TERMINAL)
-        nodes = self.client.nodes()
-        records, stored = self._fold(jobs, now)
-        active = [j for j in jobs if j.state.active and self.managed(j)]
-        decisions = self._rank(active, records, now)
-        res.decisions, res.ranked = decisions, len(decisions)
-        by_id = {j.job_id: j for j in active}
-        self._rewritten &= by_id.keys()  # forget jobs that left the queue
-        values, placed = self._act(res, decisions, by_id, nodes, stored)
-        self._remember(decisions, by_id, stored, values, placed, now)
-        self._save_nodes(nodes)
+        with self._collector.during():
+            self._import_history(now)
+            jobs = self.client.jobs(states=ACTIVE + TERMINAL)
+            nodes = self.client.nodes()
+            records, stored = self._fold(jobs, now)
+            active = [j for j in jobs if j.state.active and self.managed(j)]
+            decisions = self._rank(active, records, now)
+            res.decisions, res.ranked = decisions, len(decisions)
+            by_id = {j.job_id: j for j in active}
+            self._rewritten &= by_id.keys()  # forget jobs that left the queue
+            values, placed = self._act(res, decisions, by_id, nodes, stored)
+            self._remember(decisions, by_id, stored, values, placed, now)
+            self._save_nodes(nodes)
         self._finish(res, t0)
         return res
 
@@ -225,7 +233,8 @@ class Service:
     def _rank(
         self, active: Sequence[Job], records: dict[int, JobRecord], now: float
     ) -> list[Decision]:
-        """The policy's order of the managed active jobs (the simulator's `rank`)."""
+        """The policy's order of the managed active jobs: the simulator's `rank`, redoing
+        only what changed since the last pass (`slurm_ext.rank_cache`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
         views = []
         reused: dict[int, tuple[tuple, JobView]] = {}
@@ -236,13 +245,15 @@ class Service:
                 continue
             key = waiting_inputs(job, rec)
             last = self._views.get(job.job_id)
-            view = last[1] if last is not None and last[0] == key else job_view(job, rec, now)
-            reused[job.job_id] = (key, view)
-            views.append(view)
+            if last is None or last[0] != key:
+                # (the same pair kept otherwise: fewer new objects for the collector)
+                last = (key, job_view(job, rec, now))
+            reused[job.job_id] = last
+            views.append(last[1])
         self._views = reused  # waiting jobs' views, for the next pass
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
-        decisions = rank(views, now, policy, history or None)
+        decisions = self._ranker.rank(views, now, policy, history or None)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 
@@ -316,12 +327,12 @@ class Service:
         """Store this pass's decisions: only those that differ from the stored ones, and
         drop those of jobs that left. A job's value and placement are what this pass
         wrote, else what was stored. A decision keeps the time it was made while only its
-        rank moves (every waiting job's rank moves when a running one passes it): that
-        is one cheap rank update, not a new row."""
+        rank moves (every waiting job's rank moves when a running one passes it): the
+        store keeps the order as one row (`Store.decisions` reads the ranks from it),
+        written when it changed."""
         mode = self.config.mode
         fresh: dict[int, DecisionRecord] = {}
         new: list[DecisionRecord] = []
-        moved: list[DecisionRecord] = []
         for d in decisions:
             j = d.job_id
             old = stored.get(j)
@@ -329,10 +340,7 @@ class Service:
             placement = placed[j] if j in placed else (old.placement if old is not None else None)
             slurm_reason = by_id[j].reason
             if old is not None and same_decision(old, d, value, mode, placement, slurm_reason):
-                if old.rank != d.rank:
-                    old = old.reranked(d.rank)
-                    moved.append(old)
-                fresh[j] = old
+                fresh[j] = old if old.rank == d.rank else old.reranked(d.rank)
                 continue
             fresh[j] = rec = DecisionRecord(
                 job_id=j,
@@ -351,8 +359,13 @@ class Service:
             )
             new.append(rec)
         previous = self._decisions or {}
-        self.store.save_decisions(new, drop=[j for j in previous if j not in fresh], moved=moved)
-        self._decisions = fresh
+        order = [d.job_id for d in decisions]
+        self.store.save_decisions(
+            new,
+            drop=[j for j in previous if j not in fresh],
+            order=order if order != self._order else None,
+        )
+        self._decisions, self._order = fresh, order
 
     def _finish(self, res: PassResult, t0: float) -> None:
         """Record the pass, fold the store's WAL back, report it."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -120,6 +122,15 @@ MIGRATIONS: list[str] = [
         gpu_type TEXT
     );
     """,
+    # 6: the order of all decided jobs as one row, so a pass in which running jobs move
+    # past waiting ones writes one row, not the rank of every waiting job; the rank a
+    # reader sees is the job's place in it (`Store.decisions`)
+    """
+    CREATE TABLE decision_order (
+        id INTEGER PRIMARY KEY CHECK (id = 0),
+        job_ids BLOB NOT NULL                   -- int64 little-endian job ids, best first
+    );
+    """,
 ]
 # a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
 # (user, name, account, time_limit_s)
@@ -195,7 +206,7 @@ class JobRecord:
     def seen(self, now: float) -> JobRecord:
         """This record, seen again at `now` with nothing else changed (every pass, for
         nearly every job)."""
-        return _copy_with(self, last_seen=now)
+        return copy_with(self, last_seen=now)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds so far: finished stints plus the one running now."""
@@ -227,10 +238,10 @@ class DecisionRecord:
     def reranked(self, rank: int) -> DecisionRecord:
         """The same decision at another position in the order (most waiting jobs move
         every pass as running jobs pass them)."""
-        return _copy_with(self, rank=rank)
+        return copy_with(self, rank=rank)
 
 
-def _copy_with(rec: Any, **changes: Any) -> Any:
+def copy_with(rec: Any, **changes: Any) -> Any:
     """A copy of a frozen record with `changes`, made by copying its fields rather than
     running its dataclass __init__ (which has no checks to skip): a pass does this for
     nearly every one of 55,000 jobs, and `dataclasses.replace` is ten times slower."""
@@ -411,24 +422,35 @@ class Store:
 
     # ---- decisions -------------------------------------------------------------------
     def decisions(self) -> dict[int, DecisionRecord]:
-        return {
-            r["job_id"]: _decision_record(r) for r in self.db.execute("SELECT * FROM decisions")
-        }
+        """The stored decisions, each with its rank: its place in the stored order (the
+        rank column holds the rank when the decision was made, which later passes do not
+        rewrite; a decision the order lacks keeps it)."""
+        if not self.db.in_transaction:  # the rows and the order from the same commit
+            with self.snapshot():
+                return self.decisions()
+        out = {r["job_id"]: _decision_record(r) for r in self.db.execute("SELECT * FROM decisions")}
+        row = self.db.execute("SELECT job_ids FROM decision_order WHERE id = 0").fetchone()
+        for i, job_id in enumerate(_unpack_ids(row[0]) if row else ()):
+            d = out.get(job_id)
+            if d is not None and d.rank != i:
+                out[job_id] = d.reranked(i)
+        return out
 
     def save_decisions(
         self,
         records: Iterable[DecisionRecord],
         drop: Iterable[int] = (),
-        moved: Iterable[DecisionRecord] = (),
+        order: Sequence[int] | None = None,
     ) -> None:
-        """Upsert `records`, delete the decisions of `drop`, and give the (stored)
-        decisions of `moved` their new rank, atomically."""
+        """Upsert `records`, delete the decisions of `drop`, and (when given) replace the
+        order, job ids best first, from which readers take each decision's rank;
+        atomically."""
         with self.db:
             self.db.executemany("DELETE FROM decisions WHERE job_id = ?", [(j,) for j in drop])
-            self.db.executemany(
-                "UPDATE decisions SET rank = ? WHERE job_id = ?",
-                [(d.rank, d.job_id) for d in moved],
-            )
+            if order is not None:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO decision_order VALUES (0, ?)", (_pack_ids(order),)
+                )
             self.db.executemany(
                 "INSERT OR REPLACE INTO decisions (job_id, rank, queue, gittins, promoted,"
                 " reason, value, mode, placement, decided_at, group_label, group_samples,"
@@ -543,6 +565,23 @@ def _with_kind(row: Sequence) -> tuple:
     if len(row) not in (4, 8):
         raise ValueError(f"completion row needs 4 or 8 fields, got {len(row)}")
     return tuple(row) if len(row) == 8 else (*row, *COMPLETION_KIND_DEFAULTS)
+
+
+def _pack_ids(job_ids: Sequence[int]) -> bytes:
+    """Job ids as int64 little-endian (the decision order's column)."""
+    a = array("q", job_ids)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
+
+
+def _unpack_ids(blob: bytes) -> array:
+    if len(blob) % 8:
+        raise StoreError(f"decision order of {len(blob)} bytes is not a list of int64 job ids")
+    a = array("q", blob)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:

@@ -464,20 +464,22 @@ def rank(
         active = [(j.gpus, j.attained_gpu_s) for j in jobs] if config.gittins_censored else None
         table = build_table(history, config, active)
     keyed = sorted((priority_key(j, now, config, table, fair_share), j) for j in jobs)
-    out = []
-    for i, (k, j) in enumerate(keyed):
-        chosen = _chosen(j, config, table)  # the table the job's index reads, and its group
-        out.append(
-            Decision(
-                job_id=j.job_id,
-                rank=i,
-                queue=k[1],
-                index=_reported_index(j, k, config, table, chosen),
-                promoted=_uses_queues(config) and promoted(j, now, config),
-                guarded=lifted(j, k[2], now, config, table),
-                reason=explain(j, k, now, config, table, chosen),
-                group=(chosen[1] or "pooled") if chosen else "",
-                group_samples=chosen[0].samples if chosen else 0,
-            )
-        )
-    return out
+    return [decide(i, k, j, now, config, table) for i, (k, j) in enumerate(keyed)]
+
+
+def decide(
+    i: int, key: Key, job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None
+) -> Decision:
+    """The decision for the job at place `i` of the order, whose sort key is `key`."""
+    chosen = _chosen(job, config, table)  # the table the job's index reads, and its group
+    return Decision(
+        job_id=job.job_id,
+        rank=i,
+        queue=key[1],
+        index=_reported_index(job, key, config, table, chosen),
+        promoted=_uses_queues(config) and promoted(job, now, config),
+        guarded=lifted(job, key[2], now, config, table),
+        reason=explain(job, key, now, config, table, chosen),
+        group=(chosen[1] or "pooled") if chosen else "",
+        group_samples=chosen[0].samples if chosen else 0,
+    )
