@@ -311,6 +311,11 @@ def test_bad_config_exits_2_naming_key_and_file(tmp_path):
     assert res.returncode == 2 and "file not found" in res.stderr
 
 
+# a job id no test submits: a real job 77 on another node (the session cluster reaches it
+# in a full run) makes the report's node check refuse it, as it should
+MISSING_JOB = 4_000_000_077
+
+
 def test_metrics_and_signed_reports(clean_queue, tmp_path):
     c = clean_queue
     secret = tmp_path / "secret"
@@ -328,7 +333,7 @@ def test_metrics_and_signed_reports(clean_queue, tmp_path):
         assert "slurm_ext_pass_duration_seconds_count" in _get(base + "/metrics")
         rep = JobReport(
             node="node1",
-            job_id=77,
+            job_id=MISSING_JOB,
             gpu_seconds=10.0,
             gpu_util_mean=0.5,
             gpu_util_peak=0.9,
@@ -354,7 +359,7 @@ def test_metrics_and_signed_reports(clean_queue, tmp_path):
         stop(proc)
     from slurm_ext.store import Store
 
-    stored = Store(tmp_path / "service.db", readonly=True).reports(77)
+    stored = Store(tmp_path / "service.db", readonly=True).reports(MISSING_JOB)
     assert len(stored) == 1 and stored[0].gpu_energy_j == 100.0
 
 
