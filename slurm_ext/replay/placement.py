@@ -9,7 +9,6 @@ asks sacct which nodes each run of each job held, so the fragmentation metric
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Mapping
 from datetime import datetime
@@ -18,7 +17,7 @@ from pathlib import Path
 from slurm_ext import tomlio
 from slurm_ext.policy.placement import MODES
 from slurm_ext.replay.plan import ReplayJob
-from slurm_ext.replay.records import RecordsError, _epoch
+from slurm_ext.replay.records import RecordsError, _epoch, run_sacct
 from slurm_ext.replay.target import _GRES_GPU, Target, TargetError, _run
 from slurm_ext.sim.fragmentation import JobRuns, even_split, summarize
 from slurm_ext.slurm.hostlist import expand_hostlist
@@ -70,21 +69,10 @@ def read_allocations(
     env: Mapping[str, str], gpus: Mapping[int, int], since: float
 ) -> dict[int, JobRuns]:
     """Slurm's record of the nodes each run held (slurmdbd must be on)."""
-    ids = ",".join(map(str, sorted(gpus)))
-    if not ids:
+    if not gpus:
         return {}
-    start = datetime.fromtimestamp(since - 3600).strftime("%Y-%m-%dT%H:%M:%S")
-    argv = ["sacct", "-D", "-X", "-n", "-P", f"--starttime={start}", "--endtime=now"]
-    argv += [f"--jobs={ids}", f"--format={SACCT_FORMAT}"]
-    try:
-        res = subprocess.run(
-            argv, env=dict(env), capture_output=True, text=True, timeout=60, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RecordsError("sacct did not answer within 60 s") from exc
-    if res.returncode != 0:
-        raise RecordsError(f"sacct failed: {res.stderr.strip()}")
-    return parse_allocations(res.stdout, gpus, datetime.now().timestamp())
+    out = run_sacct(env, sorted(gpus), since, SACCT_FORMAT)
+    return parse_allocations(out, gpus, datetime.now().timestamp())
 
 
 def save_allocations(path: Path, jobs: Mapping[int, JobRuns], trace_ids: Mapping[int, int]) -> None:

@@ -78,21 +78,20 @@ def parse_sacct(text: str, gpus: Mapping[int, int]) -> dict[int, JobRecord]:
 def read_sacct(
     env: Mapping[str, str], job_ids: Iterable[int], since: float, gpus: Mapping[int, int]
 ) -> dict[int, JobRecord]:
-    ids = ",".join(map(str, sorted(job_ids)))
+    ids = sorted(job_ids)
     if not ids:
         return {}
+    return parse_sacct(
+        run_sacct(env, ids, since, "JobIDRaw,State,Submit,Start,End,AllocTRES"), gpus
+    )
+
+
+def run_sacct(env: Mapping[str, str], job_ids: Iterable[int], since: float, fields: str) -> str:
+    """`sacct -P` of every run (requeues too: -D) of these jobs since an hour before
+    `since`; RecordsError when sacct fails or does not answer within 60 s."""
     start = datetime.fromtimestamp(since - 3600).strftime("%Y-%m-%dT%H:%M:%S")
-    argv = [
-        "sacct",
-        "-D",
-        "-X",
-        "-n",
-        "-P",
-        f"--starttime={start}",
-        "--endtime=now",
-        f"--jobs={ids}",
-    ]
-    argv.append("--format=JobIDRaw,State,Submit,Start,End,AllocTRES")
+    argv = ["sacct", "-D", "-X", "-n", "-P", f"--starttime={start}", "--endtime=now"]
+    argv += [f"--jobs={','.join(map(str, job_ids))}", f"--format={fields}"]
     try:
         res = subprocess.run(
             argv, env=dict(env), capture_output=True, text=True, timeout=60, check=False
@@ -101,7 +100,7 @@ def read_sacct(
         raise RecordsError("sacct did not answer within 60 s") from exc
     if res.returncode != 0:
         raise RecordsError(f"sacct failed: {res.stderr.strip()}")
-    return parse_sacct(res.stdout, gpus)
+    return res.stdout
 
 
 class SqueuePoller:
