@@ -147,9 +147,11 @@ def free_gpus(nodes: Sequence[Node], waiting_gpus: Iterable[int]) -> FreeGpus:
     return FreeGpus(sum(n.gpus_free for n in usable), widest, stranded)
 
 
-def node_rows(nodes: Sequence[Node]) -> list[dict]:
-    return [
-        {
+def node_rows(nodes: Sequence[Node], with_cpus: bool = False) -> list[dict]:
+    """GPUs (and, for `slurm-ext nodes`, CPUs) used and free per node, by name."""
+    rows = []
+    for n in sorted(nodes, key=lambda n: n.name):
+        row = {
             "node": n.name,
             "state": n.state,
             "gpus": n.gpus,
@@ -157,8 +159,10 @@ def node_rows(nodes: Sequence[Node]) -> list[dict]:
             "gpus_free": n.gpus_free,
             "gpu_type": n.gpu_type,
         }
-        for n in sorted(nodes, key=lambda n: n.name)
-    ]
+        if with_cpus:
+            row.update(cpus=n.cpus, cpus_used=n.cpus_alloc)
+        rows.append(row)
+    return rows
 
 
 # ---- the --server client --------------------------------------------------------------

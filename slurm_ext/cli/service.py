@@ -40,6 +40,7 @@ from slurm_ext.userview import (
     ViewError,
     explain_info,
     fetch_json,
+    node_rows,
     queue_row,
     slurm_reason,
     sort_rows,
@@ -377,19 +378,7 @@ def nodes(config_path: str | None, as_json: bool) -> None:
         click.echo(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     frag = fragmentation(ns)
-    rows = [
-        {
-            "node": n.name,
-            "state": n.state,
-            "gpus": n.gpus,
-            "gpus_used": n.gpus_alloc,
-            "gpus_free": n.gpus_free,
-            "gpu_type": n.gpu_type,
-            "cpus": n.cpus,
-            "cpus_used": n.cpus_alloc,
-        }
-        for n in sorted(ns, key=lambda n: n.name)
-    ]
+    rows = node_rows(ns, with_cpus=True)
     if as_json:
         echo_json({"nodes": rows, "fragmentation": frag})
         return
