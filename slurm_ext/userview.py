@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from slurm_ext.model import JobState, Node
+from slurm_ext.sim.fragmentation import stranded_gpus
 from slurm_ext.store import DecisionRecord, JobRecord
 
 MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
@@ -143,7 +144,8 @@ def free_gpus(nodes: Sequence[Node], waiting_gpus: Iterable[int]) -> FreeGpus:
     min(W, its GPUs) free: a job wider than a node needs whole nodes."""
     usable = [n for n in nodes if n.schedulable and n.gpus > 0]
     widest = max(waiting_gpus, default=0)
-    stranded = sum(n.gpus_free for n in usable if widest and 0 < n.gpus_free < min(widest, n.gpus))
+    # node by node: nodes may differ in GPUs (the simulator's are all alike)
+    stranded = sum(stranded_gpus([n.gpus_free], widest, n.gpus) for n in usable)
     return FreeGpus(sum(n.gpus_free for n in usable), widest, stranded)
 
 
