@@ -45,47 +45,31 @@ class KeyedQueues:
         # the numbers `job.view(now)` would hold, without building it
         if running:
             ran = now - job.start
-            key, after = key_and_change(
-                self.cfg,
-                self.table,
-                now,
-                job.id,
-                job.gpus,
-                job.submit,
-                job.attained + job.gpus * ran,
-                job.executed + ran,
-                True,
-                ran,
-                None,
-                job.promoted_at,
-                job.duration,
-                job.user,
-                job.name,
-                job.account,
-                job.limit,
-                fs,
-            )
+            attained, executed, last_run = job.attained + job.gpus * ran, job.executed + ran, ran
+            waiting_since, promoted_at = None, job.promoted_at
         else:
-            key, after = key_and_change(
-                self.cfg,
-                self.table,
-                now,
-                job.id,
-                job.gpus,
-                job.submit,
-                job.attained,
-                job.executed,
-                False,
-                job.last_run,
-                job.waiting_since,
-                None,
-                job.duration,
-                job.user,
-                job.name,
-                job.account,
-                job.limit,
-                fs,
-            )
+            attained, executed, last_run = job.attained, job.executed, job.last_run
+            waiting_since, promoted_at = job.waiting_since, None
+        key, after = key_and_change(
+            self.cfg,
+            self.table,
+            now,
+            job.id,
+            job.gpus,
+            job.submit,
+            attained,
+            executed,
+            running,
+            last_run,
+            waiting_since,
+            promoted_at,
+            job.duration,
+            job.user,
+            job.name,
+            job.account,
+            job.limit,
+            fs,
+        )
         if not wake or key != old:
             job.key = key
             ver = job.key_ver = job.key_ver + 1
