@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from slurm_ext.replay.records import JobRecord
-from slurm_ext.sim.metrics import percentile
+from slurm_ext.sim.metrics import jct_figures
 
 KEYS = (
     "jobs", "avg_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s",
@@ -23,20 +23,11 @@ def summarize(records: Iterable[JobRecord], total_gpus: int, speedup: float) -> 
     done = [r for r in records if r.end is not None and r.state in ("COMPLETED", "TIMEOUT")]
     jct = sorted((r.end - r.submit) * speedup for r in done)  # type: ignore[operator]
     held = [sum(e - s for s, e in r.runs) * speedup for r in done]
-    n = len(jct)
     first = min((r.submit for r in done), default=0.0)
     last = max((r.end for r in done), default=0.0)  # type: ignore[type-var]
-    makespan = (last - first) * speedup
     gpu_s = sum(h * r.gpus for h, r in zip(held, done, strict=True))
     return {
-        "jobs": n,
-        "avg_jct_s": sum(jct) / n if n else 0.0,
-        "median_jct_s": percentile(jct, 50),
-        "p95_jct_s": percentile(jct, 95),
-        "p99_jct_s": percentile(jct, 99),
-        "avg_queue_s": (sum(jct) - sum(held)) / n if n else 0.0,
-        "makespan_s": makespan,
-        "gpu_utilization": gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0,
+        **jct_figures(jct, sum(jct) - sum(held), (last - first) * speedup, gpu_s, total_gpus),
         "preemptions": sum(r.requeues for r in done),
         "requeues": sum(1 for r in done if r.requeues),
         "timeouts": sum(1 for r in done if r.state == "TIMEOUT"),
