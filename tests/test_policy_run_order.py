@@ -110,3 +110,15 @@ def test_simulator_keeps_the_order_rank_computes():
     assert sim.cfg.gittins_index == "whole"
     sim.run()
     assert len(reordered) > 20 and any(reordered)  # the knob did change the order
+
+
+def test_the_age_guard_ages_the_run_time_order():
+    """Guard "age" doubles the value the key sorts by, so the run-time order survives
+    it (it used to re-read the bare index and drop the order)."""
+    table = build_table(HISTORY, CFG)
+    for cfg, per in ((CFG, 1), (RUN_TIME, 16)):
+        aged = replace(cfg, wait_guard="age", wait_guard_factor=2.0)
+        args = (aged, table, 0.0, 2, 16, 0.0, 0.0, 0.0, False, 0.0, 0.0, None, None, "w", "wide")
+        (_, _, fresh, _, _), unit = key_and_change(*args)
+        (_, _, older, _, _), _ = key_and_change(aged, table, unit * 1.5, *args[3:])
+        assert older == 2 * fresh and fresh == -per * 10**-4.8

@@ -227,7 +227,7 @@ def key_and_change(
                         after = left
                 else:  # "age": the index doubles at waits of 1, 3, 7, ... units
                     tier = math.floor(math.log2(1.0 + max(0.0, now - since) / unit))
-                    score = -index * 2.0**tier
+                    score *= 2.0**tier  # the order's value (run_order), aged
                     left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
                     if left < after:
                         after = max(0.0, left)
