@@ -201,7 +201,9 @@ def key_and_change(
         if p == "gittins" and table is not None and table.samples:
             table = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
             index, change_at = table.step(attained_gpu_s)
-            score = -ordered_index(index, gpus, config)
+            score = -index
+            if gpus > 1 and config.gittins_whole_order != "gpu_time":  # policy/run_order.py
+                score = -ordered_index(index, gpus, config)
             if running and gpus > 0:
                 t = (change_at - attained_gpu_s) / gpus
                 if t < after:
