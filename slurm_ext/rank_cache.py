@@ -23,7 +23,7 @@ from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.ranking import Key, _key_and_change, decide
-from slurm_ext.store import copy_with
+from slurm_ext.store_records import copy_with
 
 # a key is recomputed this long before the moment it may change: a float's rounding of
 # (now + after) must not let a pass keep a key just past that moment

@@ -37,7 +37,8 @@ from slurm_ext.service_steps import (
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import completion_rows
 from slurm_ext.slurm.hostlist import compress_hostlist
-from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
+from slurm_ext.store import WAL_LIMIT_BYTES, Store
+from slurm_ext.store_records import DecisionRecord, JobRecord
 from slurm_ext.writeback import assign_values, changed
 
 log = logging.getLogger("slurm_ext.service")

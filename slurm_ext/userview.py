@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from slurm_ext.model import JobState, Node
 from slurm_ext.sim.fragmentation import stranded_gpus
-from slurm_ext.store import DecisionRecord, JobRecord
+from slurm_ext.store_records import DecisionRecord, JobRecord
 
 MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
 
