@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from slurm_ext.cli.service import explain, queue
+from slurm_ext.cli.inspect import explain, queue
 from slurm_ext.metrics import ServiceMetrics, serve_http
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.report_listener import ListenerLimits
