@@ -51,21 +51,31 @@ def compose(
     each job's key from that ranking (its third field the uncomposed score the
     simulator's composed key reads). Ranks are renumbered along Slurm's order; each
     reason says the site factor."""
-    sites = {d.job_id: site_factor(key_of(d.job_id)[2], config) for d in decisions}
-
-    def slurm_key(d: Decision) -> Key:
+    sites: dict[int, int] = {}
+    by_score: dict[float, int] = {}  # jobs of a kind share a score
+    rows = []
+    for d in decisions:
         j = d.job_id
-        return live_key(key_of(j), slurm_base(by_id[j], stored.get(j)) + sites[j])
-
-    ordered = sorted(decisions, key=slurm_key)
+        key = key_of(j)
+        score = key[2]
+        site = by_score.get(score)
+        if site is None:
+            site = by_score[score] = site_factor(score, config)
+        sites[j] = site
+        slurm = slurm_base(by_id[j], stored.get(j)) + site
+        rows.append((live_key(key, slurm), d, score == GUARDED))
+    rows.sort(key=_first)
     w = config.fairshare_site_weight
     out = []
-    for i, d in enumerate(ordered):
-        guarded = key_of(d.job_id)[2] == GUARDED
+    for i, (_, d, guarded) in enumerate(rows):
         share = "all of it: wait-guarded" if guarded else "the index as a share"
         reason = f"{d.reason}; SiteFactor {sites[d.job_id]} of {w:g} ({share}) on Slurm's priority"
         out.append(copy_with(d, rank=i, reason=reason))
     return out, sites
+
+
+def _first(row: tuple) -> Key:
+    return row[0]
 
 
 SITE_FACTOR_MAX = 2_000_000_000  # as value_max in site_factor mode (scontrol takes < 2^31)
