@@ -30,8 +30,10 @@ Key = tuple
 
 def slurm_base(job: Job, stored: DecisionRecord | None) -> int:
     """Slurm's priority of `job` without its site factor: for a pending job the priority
-    less the site factor Slurm reports; a running job's priority is the one it started
-    with, holding the value this service last wrote (sprio lists no running jobs)."""
+    less the site factor Slurm reports (squeue, or sprio where squeue lacks it: the
+    composition needs priority/multifactor, where sprio answers); a running job's
+    priority is the one it started with, holding the value this service last wrote
+    (sprio lists no running jobs)."""
     if job.pending:
         return job.priority - job.site_factor
     held = stored.value if stored is not None and stored.value is not None else 0
