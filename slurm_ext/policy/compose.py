@@ -54,7 +54,9 @@ def composed_score(
 def live_key(key: tuple, slurm_priority: int) -> tuple:
     """A gittins key (protected?, queue, score, submit, job id) with its score replaced
     by a priority Slurm reports: the order Slurm applies to its pending jobs (highest
-    priority first, ties by job id, i.e. submit order)."""
+    priority first, ties by job id, i.e. submit order). The queue stays first, as in the
+    simulator's composed key: a job requeued past a queue threshold waits behind queue
+    0 here and there, where Slurm's sum has no such term (docs/admin-guide.md)."""
     return (key[0], key[1], -float(slurm_priority), key[3], key[4])
 
 
