@@ -85,6 +85,10 @@ class RankCache:
         self._kept, self._order = kept, [d.job_id for d in out]
         return out
 
+    def key_of(self, job_id: int) -> Key:
+        """The sort key the last `rank` gave a job of its order."""
+        return self._kept[job_id].key
+
     def _table_for(
         self, views: Sequence[JobView], config: PolicyConfig, history: list[Completed] | None
     ) -> tuple[GittinsTable | None, bool]:

@@ -34,6 +34,7 @@ from slurm_ext.service_steps import (
     waiting_inputs,
     with_kinds,
 )
+from slurm_ext.site_factors import check_composition, compose
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import completion_rows
 from slurm_ext.slurm.hostlist import compress_hostlist
@@ -101,6 +102,13 @@ class ServiceConfig:
     predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
     opportunistic: OpportunisticSection = field(default_factory=OpportunisticSection)
 
+    @property
+    def composes(self) -> bool:
+        """The service writes the composed SiteFactor (`slurm_ext.site_factors`): W x
+        the index share, not rank-spaced values in [value_min, value_max]."""
+        p = self.policy
+        return self.mode == "site_factor" and p.policy == "gittins" and p.fairshare_site_weight > 0
+
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -108,6 +116,7 @@ class ServiceConfig:
             raise ValueError("need 1 <= value_min < value_max <= 4000000000")
         if self.mode == "site_factor" and self.value_max > 2_000_000_000:
             raise ValueError("value_max must be <= 2000000000 in site_factor mode")
+        check_composition(self.mode, self.policy)
         if self.policy.oracle:
             raise ValueError(
                 f"policy.policy = {self.policy.policy!r} is a simulator-only oracle "
@@ -170,6 +179,7 @@ class Service:
         self._order: list[int] | None = None  # the decision order the store holds
         self._ranker = RankCache()  # `policy.rank`, pass after pass
         self._collector = PassCollector()
+        self._sites: dict[int, int] = {}  # composed: each active job's site factor
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -203,6 +213,11 @@ class Service:
             decisions = self._rank(active, records, now)
             res.decisions, res.ranked = decisions, len(decisions)
             by_id = {j.job_id: j for j in active}
+            if self.config.composes:  # the order Slurm applies, with the site factors
+                decisions, self._sites = compose(
+                    decisions, self._ranker.key_of, by_id, stored, self.config.policy
+                )
+                res.decisions = decisions
             self._rewritten &= by_id.keys()  # forget jobs that left the queue
             values, placed = self._act(res, decisions, by_id, nodes, stored)
             self._remember(decisions, by_id, stored, values, placed, now)
@@ -254,7 +269,9 @@ class Service:
         self._views = reused  # waiting jobs' views, for the next pass
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
-        decisions = self._ranker.rank(views, now, policy, history or None)
+        # composed: rank by the index alone; `site_factors.compose` adds Slurm's priority
+        plain = replace(policy, fairshare_site_weight=0.0) if self.config.composes else policy
+        decisions = self._ranker.rank(views, now, plain, history or None)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 
@@ -275,9 +292,12 @@ class Service:
             if (job := by_id[d.job_id]).pending and not job.held and d.job_id not in pins
         ]
         current = self._current_values(targets, stored)
-        desired = assign_values(
-            [j.job_id for j in targets], current, self.config.value_min, self.config.value_max
-        )
+        if self.config.composes:
+            desired = {j.job_id: self._sites[j.job_id] for j in targets}
+        else:
+            desired = assign_values(
+                [j.job_id for j in targets], current, self.config.value_min, self.config.value_max
+            )
         res.planned = changed(desired, current)
         placements: dict[int, tuple[str, ...] | None] = {}
         if self.config.placement:
