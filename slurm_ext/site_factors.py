@@ -23,7 +23,7 @@ from slurm_ext.model import Decision, Job
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.compose import live_key, site_factor
 from slurm_ext.policy.guards import GUARDED
-from slurm_ext.store import DecisionRecord, copy_with
+from slurm_ext.store_records import DecisionRecord, copy_with
 
 Key = tuple
 
