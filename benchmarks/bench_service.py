@@ -7,6 +7,10 @@ only a few jobs change. Prints a table of absolute figures (wall and CPU seconds
 shared machine the CPU seconds are the steadier figure) and ratios to the targets.
 
     .venv/bin/python benchmarks/bench_service.py [--pending 50000] [--running 5000]
+
+`--site-weight W` runs (b) and (c) with `policy.fairshare_site_weight` W: the service
+writes the composed SiteFactor (W x the index share) and orders by Slurm's priority
+(`slurm_ext/site_factors.py`); (a) stays the index order with rank-spaced values.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ def main() -> None:
     ap.add_argument(
         "--gittins-classes", choices=("pooled", "gpus"), default=PolicyConfig().gittins_classes
     )
+    ap.add_argument("--site-weight", type=float, default=0.0, help="fairshare_site_weight")
     args = ap.parse_args()
     jobs, nodes, now = snapshot(args.pending, args.running)
     history = [random.Random(2).lognormvariate(8, 2) for _ in range(5000)]
@@ -124,7 +129,10 @@ def main() -> None:
     # (b) whole passes through the service shell with the SQLite store
     with tempfile.TemporaryDirectory() as tmp:
         cfg = ServiceConfig(
-            store=str(Path(tmp) / "s.db"), value_max=1_000_000_000, port=0, policy=policy
+            store=str(Path(tmp) / "s.db"),
+            value_max=1_000_000_000,
+            port=0,
+            policy=replace(policy, fairshare_site_weight=args.site_weight),
         )
         client = ReplayClient(jobs, nodes)
         store = Store(cfg.store)
@@ -175,6 +183,7 @@ def main() -> None:
     print(
         f"snapshot: {args.pending} pending + {args.running} running jobs, {len(nodes)} nodes, history {len(history)}"
     )
+    print(f"fairshare_site_weight (passes): {args.site_weight:g}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     print(f"{'measure':<48} {'wall s':>8} {'CPU s':>8} {'target':>7} {'ratio':>7}")
     for name, secs, cpu, target in rows:

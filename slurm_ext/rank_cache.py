@@ -23,7 +23,7 @@ from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.ranking import Key, _key_and_change, decide
-from slurm_ext.store import copy_with
+from slurm_ext.store_records import copy_with
 
 # a key is recomputed this long before the moment it may change: a float's rounding of
 # (now + after) must not let a pass keep a key just past that moment
@@ -84,6 +84,10 @@ class RankCache:
             out.append(d)
         self._kept, self._order = kept, [d.job_id for d in out]
         return out
+
+    def key_of(self, job_id: int) -> Key:
+        """The sort key the last `rank` gave a job of its order."""
+        return self._kept[job_id].key
 
     def _table_for(
         self, views: Sequence[JobView], config: PolicyConfig, history: list[Completed] | None

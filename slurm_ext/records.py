@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from slurm_ext.attained import Attained, Stint
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Job, JobState
-from slurm_ext.store import JobRecord
+from slurm_ext.store_records import JobRecord
 
 TERMINAL = (
     "COMPLETED",

@@ -18,14 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.collector import PassCollector
-from slurm_ext.config import choices, positive
 from slurm_ext.model import Decision, Job, JobView, Node
-from slurm_ext.opportunistic_requeue import OpportunisticSection, requeue_overdue
-from slurm_ext.policy import PolicyConfig
+from slurm_ext.opportunistic_requeue import requeue_overdue
 from slurm_ext.policy.guards import starts_promoted
-from slurm_ext.predict.from_store import PeriodicRebuild, PredictorServiceConfig
+from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.rank_cache import RankCache
 from slurm_ext.records import TERMINAL, fold, persisted_fields
+from slurm_ext.service_config import ServiceConfig, SlurmSection
 from slurm_ext.service_steps import (
     job_view,
     plan_placements,
@@ -34,14 +33,16 @@ from slurm_ext.service_steps import (
     waiting_inputs,
     with_kinds,
 )
+from slurm_ext.service_writes import SlurmWrites
+from slurm_ext.site_factors import compose
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.history import completion_rows
-from slurm_ext.slurm.hostlist import compress_hostlist
-from slurm_ext.store import WAL_LIMIT_BYTES, DecisionRecord, JobRecord, Store
+from slurm_ext.store import WAL_LIMIT_BYTES, Store
+from slurm_ext.store_records import DecisionRecord, JobRecord
 from slurm_ext.writeback import assign_values, changed
 
 log = logging.getLogger("slurm_ext.service")
-# the pure steps, importable from here as before
+# the config and the pure steps, importable from here as before
 __all__ = [
     "PassResult",
     "Service",
@@ -55,67 +56,6 @@ __all__ = [
 ]
 
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
-
-
-@dataclass
-class SlurmSection:
-    """How to reach Slurm. backend: auto (pyslurm if it matches the running Slurm, else
-    the CLI), pyslurm, or cli. slurm_conf: path to slurm.conf (default: Slurm's own).
-    timeout_s: bound on every Slurm call."""
-
-    backend: str = choices("auto", "pyslurm", "cli", default="auto")
-    slurm_conf: str | None = None
-    timeout_s: float = positive(30.0)
-
-
-@dataclass
-class ServiceConfig:
-    """`service.toml`. See etc/service.toml for every key with its meaning."""
-
-    interval_s: float = positive(30.0)
-    store: str = "/var/lib/slurm-ext/service.db"
-    mode: str = choices("site_factor", "priority", default="site_factor")
-    partitions: list[str] = field(default_factory=list)  # empty: every partition
-    value_min: int = 1
-    value_max: int = 1_000_000
-    placement: bool = False
-    placement_mode: str = choices("consolidate", "spread", "profile", default="profile")
-    preemption: str = choices("off", "requeue", default="off")
-    max_requeues_per_pass: int = 2
-    listen: str = "127.0.0.1"
-    port: int = 9788  # metrics, agent reports and the user view; 0 disables the listener
-    # the read-only user view on the listener (slurm_ext/userview_http.py): "full" shows
-    # every job with its user (as squeue does), "anonymous" hides user names, "off" none
-    user_view: str = choices("full", "anonymous", "off", default="full")
-    report_secret_file: str | None = None
-    backoff_max_s: float = positive(300.0)
-    # Completed-job history for the Gittins distribution, beyond what the service saw:
-    # "auto" imports sacct's when accounting answers (else uses the store alone, logged
-    # once), "sacct" insists (errors logged every refresh), "store" never asks sacct.
-    history_source: str = choices("auto", "sacct", "store", default="auto")
-    sacct_days: float = positive(30.0)
-    sacct_refresh_s: float = positive(3600.0)
-    slurm: SlurmSection = field(default_factory=SlurmSection)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    predictor: PredictorServiceConfig = field(default_factory=PredictorServiceConfig)
-    opportunistic: OpportunisticSection = field(default_factory=OpportunisticSection)
-
-    def __post_init__(self) -> None:
-        if self.interval_s <= 0:
-            raise ValueError("interval_s must be > 0")
-        if not 1 <= self.value_min < self.value_max <= 4_000_000_000:
-            raise ValueError("need 1 <= value_min < value_max <= 4000000000")
-        if self.mode == "site_factor" and self.value_max > 2_000_000_000:
-            raise ValueError("value_max must be <= 2000000000 in site_factor mode")
-        if self.policy.oracle:
-            raise ValueError(
-                f"policy.policy = {self.policy.policy!r} is a simulator-only oracle "
-                "(it reads true job durations); use gittins, las, fifo or multifactor"
-            )
-        if not 0 <= self.port <= 65535:
-            raise ValueError("port must be 0..65535")
-        if self.listen not in ("127.0.0.1", "::1", "localhost") and not self.report_secret_file:
-            raise ValueError("listening beyond loopback needs report_secret_file")
 
 
 @dataclass
@@ -152,6 +92,7 @@ class Service:
     ) -> None:
         self.config = config
         self.client = client
+        self.writes = SlurmWrites(client, config.mode)
         self.store = store
         self.dry_run = dry_run
         self.metrics = metrics
@@ -162,13 +103,13 @@ class Service:
         self._promoted: set[int] = set()  # waiting jobs the last pass promoted
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
-        self._rewritten: set[int] = set()  # jobs whose lost site factor was written again
         self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
         self._wal_warned_at = -1e9
         self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
         self._order: list[int] | None = None  # the decision order the store holds
         self._ranker = RankCache()  # `policy.rank`, pass after pass
         self._collector = PassCollector()
+        self._sites: dict[int, int] = {}  # composed: each active job's site factor
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -202,7 +143,12 @@ class Service:
             decisions = self._rank(active, records, now)
             res.decisions, res.ranked = decisions, len(decisions)
             by_id = {j.job_id: j for j in active}
-            self._rewritten &= by_id.keys()  # forget jobs that left the queue
+            if self.config.composes:  # the order Slurm applies, with the site factors
+                decisions, self._sites = compose(
+                    decisions, self._ranker.key_of, by_id, stored, self.config.policy
+                )
+                res.decisions = decisions
+            self.writes.forget(by_id.keys())  # jobs that left the queue
             values, placed = self._act(res, decisions, by_id, nodes, stored)
             self._remember(decisions, by_id, stored, values, placed, now)
             self._save_nodes(nodes)
@@ -253,7 +199,9 @@ class Service:
         self._views = reused  # waiting jobs' views, for the next pass
         # gittins_index "auto": the whole-job index unless this service preempts
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
-        decisions = self._ranker.rank(views, now, policy, history or None)
+        # composed: rank by the index alone; `site_factors.compose` adds Slurm's priority
+        plain = replace(policy, fairshare_site_weight=0.0) if self.config.composes else policy
+        decisions = self._ranker.rank(views, now, plain, history or None)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 
@@ -273,10 +221,13 @@ class Service:
             for d in decisions
             if (job := by_id[d.job_id]).pending and not job.held and d.job_id not in pins
         ]
-        current = self._current_values(targets, stored)
-        desired = assign_values(
-            [j.job_id for j in targets], current, self.config.value_min, self.config.value_max
-        )
+        current = self.writes.current_values(targets, stored)
+        if self.config.composes:
+            desired = {j.job_id: self._sites[j.job_id] for j in targets}
+        else:
+            desired = assign_values(
+                [j.job_id for j in targets], current, self.config.value_min, self.config.value_max
+            )
         res.planned = changed(desired, current)
         placements: dict[int, tuple[str, ...] | None] = {}
         if self.config.placement:
@@ -292,11 +243,11 @@ class Service:
             return values, placed
         names = [n.name for n in nodes]
         try:
-            values.update(self._write_values(res, res.planned))
+            values.update(self.writes.values(res, res.planned))
             for job_id, nodes_ in placements.items():
                 now_placed = stored[job_id].placement if job_id in stored else None
-                if nodes_ != now_placed and self._write(
-                    res, self._set_placement, job_id, nodes_, names
+                if nodes_ != now_placed and self.writes.call(
+                    res, self.writes.set_placement, job_id, nodes_, names
                 ):
                     placed[job_id] = nodes_
             if self.config.preemption == "requeue":
@@ -306,7 +257,7 @@ class Service:
                 self.store.reports,
                 res.started_at,
                 self.config.opportunistic,
-                lambda job_id: self._write(res, self.client.requeue, job_id),
+                lambda job_id: self.writes.call(res, self.client.requeue, job_id),
             )
         except SlurmUnavailable as exc:
             # the rest would each wait for the same timeout; what was not recorded
@@ -433,72 +384,6 @@ class Service:
             added,
         )
 
-    def _current_values(
-        self, targets: Sequence[Job], stored: dict[int, DecisionRecord]
-    ) -> dict[int, int | None]:
-        """What each job holds now. Priority mode reads Slurm's own value (an admin may have
-        changed it). Site-factor mode trusts what we last wrote (22.05's JSON lacks the
-        site factor) unless Slurm's priority shows it cannot hold it: multifactor adds
-        the site factor to non-negative weighted factors less a positive nice, so a
-        priority + nice below it means Slurm lost the write (a reset, a restore). Such a
-        job is written again once per service run; a priority an admin fixed below the
-        value would otherwise be rewritten every pass."""
-        if self.config.mode == "priority":
-            return {j.job_id: j.priority for j in targets}
-        out: dict[int, int | None] = {}
-        for j in targets:
-            value = stored[j.job_id].value if j.job_id in stored else None
-            # priority 0: not known (a held job's, or a backend that does not read it)
-            lost = value is not None and 0 < j.priority + max(j.nice, 0) < value
-            if lost and j.job_id not in self._rewritten:
-                self._rewritten.add(j.job_id)
-                log.info("job %d: Slurm does not hold site factor %d; writing it again",
-                         j.job_id, value)  # fmt: skip
-                value = None
-            out[j.job_id] = value
-        return out
-
-    def _write_values(self, res: PassResult, planned: dict[int, int]) -> dict[int, int]:
-        """Write the planned values in one batch call; the ones that took."""
-        if not planned:
-            return {}
-        if self.config.mode == "priority":
-            failed = self.client.set_priorities(planned)
-        else:
-            failed = self.client.set_site_factors(planned)
-        for exc in failed.values():
-            log.warning("write failed, will retry next pass: %s", exc)
-        res.errors += len(failed)
-        res.writes += len(planned) - len(failed)
-        return {j: v for j, v in planned.items() if j not in failed}
-
-    def _set_placement(
-        self, job_id: int, hint: tuple[str, ...] | None, names: Sequence[str]
-    ) -> None:
-        """Keep a waiting job to the nodes of `hint` (None: lift the service's pin) by
-        excluding every other node. Not ReqNodeList: on a job Slurm started since the
-        pass read the queue, slurmctld reads ReqNodeList as a resize of the running job
-        (seen live: it shrank a two-node job to one), where it refuses a new ExcNodeList for
-        a job that is no longer pending (tests/test_placement_live.py, 22.05 and 25.11)."""
-        others = [n for n in names if n not in (hint or ())]
-        if hint is not None and not others:
-            return  # a pin to every node restricts nothing
-        self.client.set_placement(
-            job_id, excluded_nodes=[compress_hostlist(others)] if hint is not None else []
-        )
-
-    def _write(self, res: PassResult, fn, *args) -> bool:
-        try:
-            fn(*args)
-        except SlurmUnavailable:
-            raise
-        except SlurmError as exc:
-            res.errors += 1
-            log.warning("write failed, will retry next pass: %s", exc)
-            return False
-        res.writes += 1
-        return True
-
     def _preempt(
         self,
         res: PassResult,
@@ -519,7 +404,7 @@ class Service:
             self.config.placement_mode,
         )
         for job_id in victims[: self.config.max_requeues_per_pass]:
-            if self._write(res, self.client.requeue, job_id):
+            if self.writes.call(res, self.client.requeue, job_id):
                 res.requeued.append(job_id)
                 log.info("requeued job %d (rank below waiting job %d)", job_id, top)
 

@@ -19,7 +19,7 @@ from slurm_ext.policy.preemption import (
     choose_victims,
     requeue_cost_gpu_s,
 )
-from slurm_ext.store import DecisionRecord, JobRecord
+from slurm_ext.store_records import DecisionRecord, JobRecord
 
 
 def same_decision(

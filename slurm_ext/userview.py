@@ -4,7 +4,7 @@ Plain functions shared by the local CLI (`slurm-ext queue/explain`, which read t
 and Slurm on the controller), the listener's read-only view (slurm_ext/userview_http.py,
 which reads the store only) and `--server URL` (which fetches that view): the row and
 explanation dictionaries have the same keys on every path, so the CLI prints both with
-one table (slurm_ext/cli/service.py). A value a path cannot know (the listener never
+one table (slurm_ext/cli/inspect.py). A value a path cannot know (the listener never
 asks Slurm for its current priority) is None and printed as "-".
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from slurm_ext.model import JobState, Node
 from slurm_ext.sim.fragmentation import stranded_gpus
-from slurm_ext.store import DecisionRecord, JobRecord
+from slurm_ext.store_records import DecisionRecord, JobRecord
 
 MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_ext.report_listener import Outcome
-from slurm_ext.store import DecisionRecord, JobRecord, Store, StoreError
+from slurm_ext.store import Store, StoreError
+from slurm_ext.store_records import DecisionRecord, JobRecord
 from slurm_ext.userview import explain_info, free_gpus, node_rows, queue_row, sort_rows
 from slurm_ext.userview_page import render_page
 

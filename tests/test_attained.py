@@ -11,7 +11,8 @@ from slurm_ext.attained import Stint
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.records import fold_jobs
 from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import DecisionRecord, Store
+from slurm_ext.store import Store
+from slurm_ext.store_records import DecisionRecord
 from slurm_ext.testing.replay import ReplayClient
 
 

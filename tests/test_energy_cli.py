@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from slurm_ext.cli import main
 from slurm_ext.reports import JobReport
-from slurm_ext.store import JobRecord, Store
+from slurm_ext.store import Store
+from slurm_ext.store_records import JobRecord
 
 GIB = 2**30
 

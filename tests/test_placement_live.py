@@ -39,16 +39,16 @@ def test_a_pin_reaches_a_waiting_job_and_is_refused_for_a_running_one(live, tmp_
     assert len(on) == 2
     one = on[0]  # a pin on one of its nodes: ReqNodeList alone would shrink it to that node
     with pytest.raises(SlurmError):
-        svc._set_placement(running, (one,), names)
+        svc.writes.set_placement(running, (one,), names)
     after = _show(c, running)
     assert next(j for j in client.jobs() if j.job_id == running).nodes == on
     assert "NumNodes=2" in after and "JobState=RUNNING" in after
     assert before.count("NodeList=") == after.count("NodeList=")
 
     waiting = c.sbatch("--gpus=1", "--begin=now+60", "-J", "wait")  # pending, not held
-    svc._set_placement(waiting, (names[-1],), names)
+    svc.writes.set_placement(waiting, (names[-1],), names)
     excluded = next(j for j in client.jobs() if j.job_id == waiting).excluded_nodes
     assert sorted(excluded) == sorted(names[:-1])  # every node but the pinned one
-    svc._set_placement(waiting, None, names)  # the service's pin lifted
+    svc.writes.set_placement(waiting, None, names)  # the service's pin lifted
     assert next(j for j in client.jobs() if j.job_id == waiting).excluded_nodes == ()
     svc.store.close()

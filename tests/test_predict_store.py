@@ -28,7 +28,8 @@ from slurm_ext.predict.from_store import (
 from slurm_ext.predict.table import TableRow, load_table, render_table
 from slurm_ext.reports import JobReport
 from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import JobRecord, Store
+from slurm_ext.store import Store
+from slurm_ext.store_records import JobRecord
 from slurm_ext.testing.replay import ReplayClient
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -18,7 +18,9 @@ from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.rank_cache import RankCache
 from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import MIGRATIONS, SCHEMA_VERSION, DecisionRecord, Store
+from slurm_ext.store import Store
+from slurm_ext.store_records import DecisionRecord
+from slurm_ext.store_schema import MIGRATIONS, SCHEMA_VERSION
 from slurm_ext.testing.replay import ReplayClient
 
 POLICIES = [

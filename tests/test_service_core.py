@@ -13,7 +13,8 @@ import pytest
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.records import fold_jobs
 from slurm_ext.service import plan_placements
-from slurm_ext.store import SCHEMA_VERSION, Store, StoreError
+from slurm_ext.store import Store, StoreError
+from slurm_ext.store_schema import SCHEMA_VERSION
 from slurm_ext.writeback import assign_values, changed
 
 
@@ -281,7 +282,7 @@ def test_a_promoted_job_keeps_its_fresh_quantum_for_the_stint():
 
 
 def test_a_version_1_store_is_migrated_in_place(tmp_path):
-    from slurm_ext.store import MIGRATIONS
+    from slurm_ext.store_schema import MIGRATIONS
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
@@ -338,7 +339,7 @@ def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
     import threading
 
     from slurm_ext.service import Service, ServiceConfig
-    from slurm_ext.store import MIGRATIONS
+    from slurm_ext.store_schema import MIGRATIONS
     from slurm_ext.testing.replay import ReplayClient
 
     cfg = ServiceConfig(
@@ -536,7 +537,7 @@ def test_a_waiting_jobs_view_is_reused_only_while_all_it_reads_is_equal():
     from dataclasses import fields, replace
 
     from slurm_ext.service_steps import job_view, waiting_inputs
-    from slurm_ext.store import JobRecord
+    from slurm_ext.store_records import JobRecord
 
     job = Job(job_id=4, name="n", user="u", account="a", partition="p", gpus=2,
               submit_time=100.0, time_limit_s=600.0, comment="model=bert")  # fmt: skip

@@ -11,7 +11,8 @@ from slurm_ext.policy.kinds import Completed
 from slurm_ext.records import fold_jobs
 from slurm_ext.service import Service, ServiceConfig, job_view, with_kinds
 from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.store import MIGRATIONS, SCHEMA_VERSION, Store
+from slurm_ext.store import Store
+from slurm_ext.store_schema import MIGRATIONS, SCHEMA_VERSION
 from slurm_ext.testing.replay import ReplayClient
 
 

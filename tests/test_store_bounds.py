@@ -20,7 +20,8 @@ import pytest
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import WAL_LIMIT_BYTES, JobRecord, Store
+from slurm_ext.store import WAL_LIMIT_BYTES, Store
+from slurm_ext.store_records import JobRecord
 from slurm_ext.testing.replay import ReplayClient
 
 REPO = Path(__file__).resolve().parents[1]

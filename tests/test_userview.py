@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from slurm_ext.cli.service import explain, queue
+from slurm_ext.cli.inspect import explain, queue
 from slurm_ext.metrics import ServiceMetrics, serve_http
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.report_listener import ListenerLimits
@@ -230,10 +230,13 @@ def test_view_answers_are_rate_limited_for_all_clients_together(tmp_path):
 
 
 def test_an_unreadable_store_answers_503_and_is_not_retried_per_request(tmp_path, caplog):
-    view = UserView(tmp_path / "missing.db")
+    view = UserView(tmp_path / "missing.db", refresh_s=60.0)  # one look in this test
     server = serve_http("127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, view=view)
     try:
         base = f"http://127.0.0.1:{server.server_port}"
+        deadline = time.monotonic() + 10
+        while view.attempts < 1 and time.monotonic() < deadline:  # the refresher's start
+            time.sleep(0.01)
         for _ in range(5):
             code, _, body = get(base, "/v1/queue")
             assert code == 503 and b"retry later" in body

@@ -15,9 +15,10 @@ import click
 from slurm_ext import __version__
 from slurm_ext.cli.energy import energy
 from slurm_ext.cli.example import example
+from slurm_ext.cli.inspect import explain, nodes, queue
 from slurm_ext.cli.predict import predict
 from slurm_ext.cli.replay import replay
-from slurm_ext.cli.service import explain, nodes, pin, queue, serve, unpin
+from slurm_ext.cli.service import pin, serve, unpin
 from slurm_ext.cli.sim import simulate
 from slurm_ext.cli.templates import template
 from slurm_ext.cli.trace import trace

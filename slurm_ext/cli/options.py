@@ -19,6 +19,8 @@ from slurm_ext.config import ConfigError, load_config
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.service import ServiceConfig
 from slurm_ext.sim.traces import FORMATS, Trace, TraceError, read_trace
+from slurm_ext.slurm import SlurmError, make_client
+from slurm_ext.slurm.client import SlurmClient
 from slurm_ext.store import Store, StoreError
 
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
@@ -180,3 +182,12 @@ def backfill_options(func: F) -> F:
     ):
         func = option(func)
     return func
+
+
+def service_client(cfg: ServiceConfig) -> SlurmClient:
+    """The Slurm client the service config names, or exit 1 saying why Slurm is out of reach."""
+    try:
+        return make_client(cfg.slurm.backend, cfg.slurm.slurm_conf, cfg.slurm.timeout_s)
+    except (SlurmError, ValueError) as exc:
+        click.echo(f"slurm-ext: cannot reach Slurm: {exc}", err=True)
+        sys.exit(1)

@@ -235,13 +235,7 @@ def key_and_change(
                         after = max(0.0, left)
         if p == "gittins" and config.fairshare_site_weight > 0:
             # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
-            fs = composed_score(
-                -score if score != GUARDED else 0.0,
-                score == GUARDED,
-                now - submit_time,
-                fair_share,
-                config,
-            )
+            fs = composed_score(score, now - submit_time, fair_share, config)
             if fs is not None:
                 score = fs
                 after = min(after, _to_next_pass(now, config))

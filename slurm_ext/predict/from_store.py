@@ -25,7 +25,8 @@ from slurm_ext.predict.cpu import PredictorFile, decide_cpus, with_elastic_keys
 from slurm_ext.predict.samples import CpuSample, SampleError, sample_from_report, workload_key
 from slurm_ext.predict.table import load_table, write_table
 from slurm_ext.reports import JobReport, per_job
-from slurm_ext.store import JobRecord, Store
+from slurm_ext.store import Store
+from slurm_ext.store_records import JobRecord
 
 log = logging.getLogger("slurm_ext.predict")
 
