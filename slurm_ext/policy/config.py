@@ -59,6 +59,11 @@ class PolicyConfig:
         "auto" (default) is "whole" where nothing is preempted (the service's
         preemption = "off", the simulator's --no-preemptive), else "quantum": the shells
         resolve it with `for_preemption`.
+    gittins_whole_order: what the whole-job index orders by: "gpu_time" (default,
+        Smith's rule on the expected remaining GPU-time) or "run_time" (that over the
+        job's GPUs, so wide jobs are not ranked behind every narrow one; opt-in: it
+        helps the recurring-user traces at load 1.0-1.1 and loses a little on others,
+        docs/benchmarks.md Session 6). Ignored with the quantum index (preemption).
     wait_guard_factor: the starvation rule for jobs the index ranks low (wide, long): a
         pending job (gittins) that has waited longer than this x its predicted run time
         (1 / its Gittins index, GPU-seconds over its GPUs; for the whole-job index the
@@ -119,6 +124,7 @@ class PolicyConfig:
     gittins_kind_min_samples: int = positive(5)
     gittins_time_limit: bool = True
     gittins_index: str = choices("auto", "quantum", "whole", default="auto")
+    gittins_whole_order: str = choices("gpu_time", "run_time", default="gpu_time")
     wait_guard_factor: float = 10.0
     wait_guard: str = choices("promote", "age", default="promote")
     wait_guard_keep: float = 10.0

@@ -20,6 +20,7 @@ from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
 from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
 from slurm_ext.policy.kinds import Completed, KindTables
+from slurm_ext.policy.run_order import by_run_time, describe_run_time, ordered_index
 
 Key = tuple[int, int, float, float, int]
 # completed jobs: GPU-seconds, (GPUs, GPU-seconds) where the GPU count is known, or
@@ -201,6 +202,8 @@ def key_and_change(
             table = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
             index, change_at = table.step(attained_gpu_s)
             score = -index
+            if gpus > 1 and config.gittins_whole_order != "gpu_time":  # policy/run_order.py
+                score = -ordered_index(index, gpus, config)
             if running and gpus > 0:
                 t = (change_at - attained_gpu_s) / gpus
                 if t < after:
@@ -226,7 +229,7 @@ def key_and_change(
                         after = left
                 else:  # "age": the index doubles at waits of 1, 3, 7, ... units
                     tier = math.floor(math.log2(1.0 + max(0.0, now - since) / unit))
-                    score = -index * 2.0**tier
+                    score *= 2.0**tier  # the order's value (run_order), aged
                     left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
                     if left < after:
                         after = max(0.0, left)
@@ -402,6 +405,8 @@ def explain(
                 parts.append(
                     f"gittins {exact:.3g} from {label or 'pooled'} ({own.samples} completed jobs)"
                 )
+                if by_run_time(config):
+                    parts.append(describe_run_time(exact, job.gpus))
             else:
                 parts.append("no history yet: 2D-LAS order")
             if key[2] == GUARDED and job.running:
