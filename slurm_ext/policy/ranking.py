@@ -441,16 +441,11 @@ def explain(
                 )
             elif config.fairshare_site_weight > 0:
                 parts.append(describe(key[2], config))
-        since = job.waiting_since if job.waiting_since is not None else job.submit_time
         if promoted(job, now, config, table):
+            since = job.waiting_since if job.waiting_since is not None else job.submit_time
             parts.append(
                 f"promoted to queue 0: waited {now - since:.0f} s >= "
                 f"{config.starvation_factor:g} x last run {job.last_run_s:.0f} s"
-            )
-        elif starved(job.running, job.last_run_s, job.waiting_since, job.submit_time, now, config):
-            parts.append(
-                f"waited {now - since:.0f} s >= {config.starvation_factor:g} x last run"
-                f" {job.last_run_s:.0f} s: left to the wait guard (starvation_scope backstop)"
             )
     elif p == "fifo":
         parts.append(f"fifo: submitted {job.submit_time:.0f}")
