@@ -22,7 +22,8 @@ every run): median (med_*), p90 (p90_*), worst (user_*) and share above 1.2x
 (over_*); `--only fs2` adds fair-share Slurm with a 4-minute calc period, the per-user
 ratio's noise floor; the avg JCT of the flooder's jobs and of everyone else's
 relative to fs (with --flood), the
-most preemptions of one job (all), and with --frag the mean wait to first start of 4-
+most preemptions of one job (all) and the jobs preempted more than 50 times
+(over50, all), and with --frag the mean wait to first start of 4-
 and 8-GPU jobs and the GPUs idle for fragmentation (slurm, np; `Measured`).
 --placement picks the placement of every run (consolidate: Tiresias scoring, fewest
 nodes then best fit, a job waits rather than take more nodes than it needs; spread:
@@ -150,6 +151,7 @@ def one(args: tuple) -> tuple[tuple, dict]:
         "users": per_user(done, min_jobs),
         "unfinished": len(jobs) - len(done),
         "max_pre": max((j.preemptions for j in jobs), default=0),
+        "over50": sum(j.preemptions > 50 for j in jobs),
         "wait48": {g: avg_wait([j for j in done if j.gpus == g]) for g in (4, 8)},
         "others": avg_jct([j for j in done if j.user != FLOOD_USER]),
         "flood": avg_jct([j for j in done if j.user == FLOOD_USER]),
@@ -244,6 +246,7 @@ def main() -> None:
                     extra[f"idle%_{c}"] = 100 * get[c]["idle"]
         if "all" in get:
             extra["max_pre"] = float(get["all"]["max_pre"])
+            extra["over50"] = float(get["all"]["over50"])  # jobs requeued more than 50 times
         for k, v in list(r.items()) + list(extra.items()):
             sums.setdefault(k, []).append(v)
         cells = " ".join(f"{r[c]:6.3f}" for c in cols)

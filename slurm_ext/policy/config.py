@@ -29,6 +29,12 @@ class PolicyConfig:
         (gittins_classes = "gpus"). See docs/benchmarks.md for the measurements.
     starvation_factor: Tiresias STARVELIMIT. A pending job that has run before is promoted
         to queue 0 once it has waited longer than this x its last run stint. 0 disables.
+    starvation_scope: which requeued jobs the starvation guard covers: "backstop" (default)
+        only those the wait guard cannot judge (wait guard off, no history, or the job's
+        index is 0: it outlived every completion its table holds); "all" (Tiresias) every
+        one, on top of the wait guard. Under a sustained backlog "all" lifts long jobs
+        preempted after short stints and (with wait_guard_keep) keeps their stints ahead
+        of everyone: the order turns FIFO (docs/benchmarks.md, session 6).
     history_window: completed jobs (GPU-seconds) kept for the Gittins distribution.
     min_run_s: a running job whose current stint is shorter than this is not preempted
         (stops promotion / preemption ping-pong that only burns restart overhead).
@@ -113,6 +119,7 @@ class PolicyConfig:
     )
     queue_gpu_exponent: float = 1.0
     starvation_factor: float = 160.0
+    starvation_scope: str = choices("backstop", "all", default="backstop")
     history_window: int = positive(5000)
     min_run_s: float = 1200.0
     gittins_grid_start_gpu_s: float = positive(60.0)

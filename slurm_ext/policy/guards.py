@@ -65,6 +65,30 @@ def kept_guard_s(
     return config.wait_guard_keep / (index * gpus) - ran
 
 
+def wait_judged(
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    gpus: int,
+    attained_gpu_s: float,
+    user: str = "",
+    job_name: str = "",
+    account: str = "",
+    time_limit_s: float | None = None,
+) -> bool:
+    """Whether the wait guard bounds this job's wait, so that the starvation guard leaves
+    it alone (`starvation_scope = "backstop"`): gittins with the wait guard on and a
+    positive index for the job (`own_table`). A job that outlived every completion its
+    table holds reads index 0, which the wait guard cannot scale: the starvation guard
+    stays its backstop. Two guards on one requeued job lifted long jobs twice under a
+    sustained backlog (docs/benchmarks.md, session 6)."""
+    if config.starvation_scope != "backstop" or config.policy != "gittins":
+        return False
+    if config.wait_guard_factor <= 0 or table is None or not table.samples or gpus <= 0:
+        return False
+    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
+    return own.step(attained_gpu_s)[0] > 0
+
+
 def wait_guarded(
     config: PolicyConfig,
     table: GittinsTable | None,

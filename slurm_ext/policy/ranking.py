@@ -18,7 +18,7 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
-from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
+from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table, wait_judged
 from slurm_ext.policy.kinds import Completed, KindTables
 from slurm_ext.policy.run_order import by_run_time, describe_run_time, ordered_index
 
@@ -111,9 +111,18 @@ def starved(
     return now - since >= config.starvation_factor * last_run_s
 
 
-def promoted(job: JobView, now: float, config: PolicyConfig) -> bool:
-    """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0."""
-    return starved(job.running, job.last_run_s, job.waiting_since, job.submit_time, now, config)
+def promoted(
+    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None = None
+) -> bool:
+    """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0; with
+    `starvation_scope` "backstop" only a job the wait guard cannot judge (`table`: the
+    history's, None: no index)."""
+    if not starved(job.running, job.last_run_s, job.waiting_since, job.submit_time, now, config):
+        return False
+    return not wait_judged(
+        config, table, job.gpus, job.attained_gpu_s,
+        job.user, job.job_name, job.account, job.time_limit_s,
+    )  # fmt: skip
 
 
 def queue_service(job: JobView) -> float:
@@ -183,21 +192,9 @@ def key_and_change(
                 if t < after:
                     after = t
         else:
-            # starved() inlined: waited >= factor x last stint -> queue 0, else the
-            # key changes when it will have
-            factor = config.starvation_factor
-            if factor > 0 and last_run_s > 0:
-                since = waiting_since if waiting_since is not None else submit_time
-                if now - since >= factor * last_run_s:
-                    queue = 0
-                else:
-                    queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
-                    after = since + factor * last_run_s - now
-                    if not after > 0.0:  # max(0.0, after)
-                        after = 0.0
-            else:
-                queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
+            queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
         score = 0.0
+        index = 0.0
         if p == "gittins" and table is not None and table.samples:
             table = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
             index, change_at = table.step(attained_gpu_s)
@@ -233,6 +230,28 @@ def key_and_change(
                     left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
                     if left < after:
                         after = max(0.0, left)
+        factor = config.starvation_factor
+        if not running and factor > 0 and last_run_s > 0:
+            # starved() inlined: waited >= factor x last stint -> queue 0, else the key
+            # changes when it will have; with starvation_scope "backstop" only for a job
+            # the wait guard cannot judge (wait_judged: no index to scale its wait by)
+            judged = (
+                index > 0.0
+                and gpus > 0
+                and p == "gittins"
+                and config.wait_guard_factor > 0
+                and config.starvation_scope == "backstop"
+            )
+            if not judged:
+                since = waiting_since if waiting_since is not None else submit_time
+                if now - since >= factor * last_run_s:
+                    queue = 0
+                else:
+                    left = since + factor * last_run_s - now
+                    if not left > 0.0:  # max(0.0, left)
+                        left = 0.0
+                    if left < after:
+                        after = left
         if p == "gittins" and config.fairshare_site_weight > 0:
             # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
             fs = composed_score(score, now - submit_time, fair_share, config)
@@ -421,7 +440,7 @@ def explain(
                 )
             elif config.fairshare_site_weight > 0:
                 parts.append(describe(key[2], config))
-        if promoted(job, now, config):
+        if promoted(job, now, config, table):
             since = job.waiting_since if job.waiting_since is not None else job.submit_time
             parts.append(
                 f"promoted to queue 0: waited {now - since:.0f} s >= "
@@ -476,7 +495,7 @@ def decide(
         rank=i,
         queue=key[1],
         index=_reported_index(job, key, config, table, chosen),
-        promoted=_uses_queues(config) and promoted(job, now, config),
+        promoted=_uses_queues(config) and promoted(job, now, config, table),
         guarded=lifted(job, key[2], now, config, table),
         reason=explain(job, key, now, config, table, chosen),
         group=(chosen[1] or "pooled") if chosen else "",

@@ -37,7 +37,7 @@ from operator import itemgetter
 
 from slurm_ext.model import JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, choose_gpus, spread_slowdown
-from slurm_ext.policy.guards import wait_guarded
+from slurm_ext.policy.guards import wait_guarded, wait_judged
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.placement import min_nodes
 from slurm_ext.policy.ranking import starved
@@ -273,6 +273,10 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         # (`starts_promoted`)
         cfg = self.cfg
         promoted = starved(False, job.last_run, job.waiting_since, job.submit, now, cfg)
+        if promoted:  # the wait guard bounds a job it can judge (`starvation_scope`)
+            promoted = not wait_judged(
+                cfg, self.table, job.gpus, job.attained, job.user, job.name, job.account, job.limit
+            )
         if not promoted and cfg.wait_guard_keep > 0:
             promoted = wait_guarded(
                 cfg, self.table, now, job.gpus, job.attained, job.waiting_since,
