@@ -10,8 +10,9 @@ from slurm_ext.config import ConfigError, from_dict
 from slurm_ext.model import JobView
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.policy.kinds import Completed
-from slurm_ext.policy.ranking import GUARDED, build_table, key_and_change
+from slurm_ext.policy.ranking import GUARDED, key_and_change
 from slurm_ext.policy.run_order import ordered_index
+from slurm_ext.policy.tables import build_table
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.users import synth_user_jobs
 

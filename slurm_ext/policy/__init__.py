@@ -7,7 +7,8 @@ from slurm_ext.policy.config import ORACLES, POLICIES, PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable, gittins_index
 from slurm_ext.policy.placement import FreeIndex, choose_gpus, fragmentation, place
 from slurm_ext.policy.profiles import network_sensitive, spread_slowdown
-from slurm_ext.policy.ranking import build_table, key_change_after, priority_key, rank
+from slurm_ext.policy.ranking import key_change_after, priority_key, rank
+from slurm_ext.policy.tables import build_table
 
 __all__ = [
     "ORACLES",

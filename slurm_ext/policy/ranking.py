@@ -11,129 +11,24 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from slurm_ext.model import Decision, JobView
 from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
-from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table, wait_judged
-from slurm_ext.policy.kinds import Completed, KindTables
+from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
+from slurm_ext.policy.queues import (
+    promoted,
+    queue_of,
+    queue_scale,
+    queue_service,
+    uses_queues,
+)
 from slurm_ext.policy.run_order import by_run_time, describe_run_time, ordered_index
+from slurm_ext.policy.tables import History, build_table
 
 Key = tuple[int, int, float, float, int]
-# completed jobs: GPU-seconds, (GPUs, GPU-seconds) where the GPU count is known, or
-# Completed records that also carry the job's kind (user, name, account, time limit)
-History = Sequence[float | tuple[int | None, float] | Completed] | GittinsTable | None
-
-
-def as_completed(h: float | tuple[int | None, float] | Completed) -> Completed:
-    """One history entry as a Completed record (kind unknown for bare numbers and pairs)."""
-    if isinstance(h, Completed):
-        return h
-    if isinstance(h, tuple):
-        return Completed(h[0], h[1])
-    return Completed(None, h)
-
-
-def build_table(
-    history: History,
-    config: PolicyConfig,
-    active: Sequence[tuple[int, float]] | None = None,
-) -> GittinsTable | None:
-    """A Gittins table from completed jobs (the last `history_window`): GPU-seconds,
-    (GPUs, GPU-seconds) or Completed records; with `gittins_classes = "gpus"` also one per
-    GPU class, and with `gittins_kinds` / `gittins_time_limit` the per-kind tables
-    (policy/kinds.py). With `gittins_censored`, `active` ((GPUs, attained GPU-seconds)
-    of the jobs running or pending now, all of them) are right-censored observations
-    (Kaplan-Meier) for the class and pooled tables."""
-    if history is None or isinstance(history, GittinsTable):
-        return history
-    window = [as_completed(h) for h in history][-config.history_window :]
-    start, per_decade = config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
-    censored = list(active or ()) if config.gittins_censored else None
-    pairs = [(c.gpus, c.gpu_s) for c in window]
-    if config.gittins_classes == "gpus":
-        base = GittinsTable.from_history(
-            pairs, start, per_decade, config.gittins_class_min_samples, censored
-        )
-    elif censored is not None:
-        base = GittinsTable.from_censored(
-            [s for _, s in pairs], [a for _, a in censored], start, per_decade
-        )
-    else:
-        base = GittinsTable.from_samples([s for _, s in pairs], start, per_decade)
-    whole = config.gittins_index == "whole"
-    if not base.samples or not (config.gittins_kinds or config.gittins_time_limit or whole):
-        return base
-    kinds = KindTables.build(
-        window,
-        base,
-        list(config.gittins_kinds),
-        config.gittins_kind_min_samples,
-        config.gittins_time_limit,
-        whole,
-        start,
-        per_decade,
-    )
-    return replace(base, kinds=kinds)
-
-
-def queue_scale(gpus: int, config: PolicyConfig) -> float:
-    """How much the queue limits stretch for a job of `gpus` GPUs (`queue_gpu_exponent`)."""
-    e = config.queue_gpu_exponent
-    return gpus**e if e and gpus > 1 else 1.0
-
-
-def queue_of(service_gpu_s: float, gpus: int, config: PolicyConfig) -> int:
-    return bisect.bisect_right(
-        config.queue_thresholds_gpu_s, service_gpu_s / queue_scale(gpus, config)
-    )
-
-
-def protected(job: JobView, config: PolicyConfig) -> bool:
-    return job.running and job.last_run_s < config.min_run_s
-
-
-def starved(
-    running: bool,
-    last_run_s: float,
-    waiting_since: float | None,
-    submit_time: float,
-    now: float,
-    config: PolicyConfig,
-) -> bool:
-    """`promoted` from the view's numbers (the simulator passes its own)."""
-    if running or config.starvation_factor <= 0 or last_run_s <= 0:
-        return False
-    since = waiting_since if waiting_since is not None else submit_time
-    return now - since >= config.starvation_factor * last_run_s
-
-
-def promoted(
-    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None = None
-) -> bool:
-    """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0; with
-    `starvation_scope` "backstop" only a job the wait guard cannot judge (`table`: the
-    history's, None: no index)."""
-    if not starved(job.running, job.last_run_s, job.waiting_since, job.submit_time, now, config):
-        return False
-    return not wait_judged(
-        config, table, job.gpus, job.attained_gpu_s,
-        job.user, job.job_name, job.account, job.time_limit_s,
-    )  # fmt: skip
-
-
-def queue_service(job: JobView) -> float:
-    """Service that places a job in a queue: since its promotion while that stint lasts."""
-    if job.running and job.promoted_at_gpu_s is not None:
-        return max(0.0, job.attained_gpu_s - job.promoted_at_gpu_s)
-    return job.attained_gpu_s
-
-
-def _uses_queues(config: PolicyConfig) -> bool:
-    return config.policy in ("gittins", "las")
 
 
 def key_and_change(
@@ -407,7 +302,7 @@ def explain(
             f"protected: running {job.last_run_s:.0f} s < min_run_s {config.min_run_s:.0f} s"
         )
     p = config.policy
-    if _uses_queues(config):
+    if uses_queues(config):
         scale = queue_scale(job.gpus, config)
         ts = [t * scale for t in config.queue_thresholds_gpu_s]
         qs = queue_service(job)
@@ -495,7 +390,7 @@ def decide(
         rank=i,
         queue=key[1],
         index=_reported_index(job, key, config, table, chosen),
-        promoted=_uses_queues(config) and promoted(job, now, config, table),
+        promoted=uses_queues(config) and promoted(job, now, config, table),
         guarded=lifted(job, key[2], now, config, table),
         reason=explain(job, key, now, config, table, chosen),
         group=(chosen[1] or "pooled") if chosen else "",

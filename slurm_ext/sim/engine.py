@@ -40,7 +40,7 @@ from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, choose_gpu
 from slurm_ext.policy.guards import wait_guarded, wait_judged
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.ranking import starved
+from slurm_ext.policy.queues import starved
 from slurm_ext.sim.backfill import NodeSteps
 from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
 from slurm_ext.sim.cluster import ClusterState, sim_jobs

@@ -1,0 +1,71 @@
+"""The Gittins table the ranking reads, built from the completed jobs' history.
+
+One builder for the service (history from its store and sacct) and the simulator
+(jobs completed earlier in the trace): the pooled table, per-GPU-class tables and the
+per-kind tables of the conditioned index (policy/kinds.py), as PolicyConfig asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from slurm_ext.policy.config import PolicyConfig
+from slurm_ext.policy.gittins import GittinsTable
+from slurm_ext.policy.kinds import Completed, KindTables
+
+# completed jobs: GPU-seconds, (GPUs, GPU-seconds) where the GPU count is known, or
+# Completed records that also carry the job's kind (user, name, account, time limit)
+History = Sequence[float | tuple[int | None, float] | Completed] | GittinsTable | None
+
+
+def as_completed(h: float | tuple[int | None, float] | Completed) -> Completed:
+    """One history entry as a Completed record (kind unknown for bare numbers and pairs)."""
+    if isinstance(h, Completed):
+        return h
+    if isinstance(h, tuple):
+        return Completed(h[0], h[1])
+    return Completed(None, h)
+
+
+def build_table(
+    history: History,
+    config: PolicyConfig,
+    active: Sequence[tuple[int, float]] | None = None,
+) -> GittinsTable | None:
+    """A Gittins table from completed jobs (the last `history_window`): GPU-seconds,
+    (GPUs, GPU-seconds) or Completed records; with `gittins_classes = "gpus"` also one per
+    GPU class, and with `gittins_kinds` / `gittins_time_limit` the per-kind tables
+    (policy/kinds.py). With `gittins_censored`, `active` ((GPUs, attained GPU-seconds)
+    of the jobs running or pending now, all of them) are right-censored observations
+    (Kaplan-Meier) for the class and pooled tables."""
+    if history is None or isinstance(history, GittinsTable):
+        return history
+    window = [as_completed(h) for h in history][-config.history_window :]
+    start, per_decade = config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
+    censored = list(active or ()) if config.gittins_censored else None
+    pairs = [(c.gpus, c.gpu_s) for c in window]
+    if config.gittins_classes == "gpus":
+        base = GittinsTable.from_history(
+            pairs, start, per_decade, config.gittins_class_min_samples, censored
+        )
+    elif censored is not None:
+        base = GittinsTable.from_censored(
+            [s for _, s in pairs], [a for _, a in censored], start, per_decade
+        )
+    else:
+        base = GittinsTable.from_samples([s for _, s in pairs], start, per_decade)
+    whole = config.gittins_index == "whole"
+    if not base.samples or not (config.gittins_kinds or config.gittins_time_limit or whole):
+        return base
+    kinds = KindTables.build(
+        window,
+        base,
+        list(config.gittins_kinds),
+        config.gittins_kind_min_samples,
+        config.gittins_time_limit,
+        whole,
+        start,
+        per_decade,
+    )
+    return replace(base, kinds=kinds)
