@@ -50,9 +50,20 @@ class KeyedQueues:
         else:
             attained, executed, last_run = job.attained, job.executed, job.last_run
             waiting_since, promoted_at = job.waiting_since, None
+        table = self.table
+        if table is not None and table.kinds is not None:
+            # the table `own_table` would pick, from the job's cached kind choice
+            if job.choice_of is not table:
+                job.choice = table.kinds.choose(
+                    job.gpus, job.user, job.name, job.account, job.limit
+                )
+                job.choice_of = table
+            own = job.choice.pick(attained)  # type: ignore[union-attr]
+            if own.samples:  # the same key from its own table (no kinds: read as is)
+                table = own
         key, after = key_and_change(
             self.cfg,
-            self.table,
+            table,
             now,
             job.id,
             job.gpus,
