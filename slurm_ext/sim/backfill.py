@@ -26,6 +26,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.policy.placement import min_nodes
@@ -46,9 +47,9 @@ class BackfillParams:
             raise ValueError(f"backfill parameters out of range: {self}")
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A pending job as the pass sees it."""
+class Candidate(NamedTuple):
+    """A pending job as the pass sees it (a named tuple: a pass makes up to
+    `bf_max_job_test` of them, and a frozen dataclass was slow to build)."""
 
     job_id: int
     gpus: int
@@ -364,12 +365,28 @@ def backfill_pass(
     most = max(free_now.values())
     open_nodes = [n for n, f in free_now.items() if f > 0]  # node order
     ceil = math.ceil
+    # What a job may start on only shrinks as the pass goes (starts, reservations), and
+    # whether `choose_gpus` finds room is monotone in it (the m largest nodes' free GPUs
+    # reach the job's, or the total does). So a job that finds no room in the free GPUs
+    # alone, or whose shape (GPUs, consolidate, span, cores per GPU) found none before,
+    # cannot start: it needs no planning before it (reservations are still made in order)
+    failed: set[tuple[int, bool, float, int]] = set()
+    free_idx = FreeIndex(capacity)  # free_now, without the reservations
+    for n in open_nodes:
+        free_idx.set(n, free_now[n])
     for tested, c in enumerate(pending):
         if tested >= params.max_job_test or total <= 0:
             break
         need = c.gpus if not c.consolidate else min(c.gpus, capacity)
         if c.gpus > total or (c.consolidate and most < need):
             deferred.append(c)  # cannot start now whatever the reservations
+            continue
+        span = length(c)
+        shape = (c.gpus, c.consolidate, span, c.cpus_per_gpu)
+        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
+        if shape in failed or choose_gpus(free_idx, c.gpus, c.consolidate, cpus) is None:
+            failed.add(shape)
+            deferred.append(c)
             continue
         if profile is None:
             if steps is not None:
@@ -383,19 +400,19 @@ def backfill_pass(
         for d in deferred:
             plan(d)
         deferred.clear()
-        span = length(c)
         idx = FreeIndex(capacity)
         for n in open_nodes:  # what each node can give for the whole time limit
             f = free_now[n]
             if n in planned:
                 f = min(f, profile.window_min(n, base, base + span))
             idx.set(n, f)
-        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
         alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
         if alloc is None:
+            failed.add(shape)
             deferred.append(c)
             continue
         profile.reserve(alloc, base, base + span)
+        free_idx.take(alloc)
         for n, g in alloc:
             free_now[n] -= g
             if cpus_now is not None:
