@@ -1,14 +1,12 @@
 """Per-kind Gittins tables whose cells are computed when first read.
 
-With `gittins_time_limit` every bound (time limit x GPUs) of a kind in use gets its own
-truncated table: a history refresh rebuilt some 250 of them in the 50,000-job
-`bench_sim` runs, each a Python scan of the window (up to `history_window` samples) per
-grid point. Yet a waiting job reads one cell (its attained service, mostly 0) and a
-running job the few it crosses. These tables give the very values
-`GittinsTable.from_samples` computes, a cell at a time (`_cell`: the sums `_index` adds,
-in the same order, as C-level passes), and share the sort of a group's samples among all
-its bounds. tests/test_policy_lazy_gittins.py checks every cell against
-`from_samples`.
+With `gittins_time_limit` every distinct bound (time limit x GPUs) of a kind gets its
+own truncated table, so a history refresh rebuilt about one table per active job, each
+a scan of the whole window (up to `history_window` samples) per grid point: most of a
+long simulation's time. Yet a waiting job reads one cell (its attained service, mostly
+0) and a running job the few it crosses. These tables give the very values
+`GittinsTable.from_samples` computes (the same `_index` on the same sorted samples), a
+cell at a time, and share the sort of a group's samples among all its bounds.
 """
 
 from __future__ import annotations
@@ -16,11 +14,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate, chain, islice, repeat
-from operator import add, mul, sub, truediv
 from typing import overload
 
-from slurm_ext.policy.gittins import GittinsTable, _groups, default_grid, ranking_index
+from slurm_ext.policy.gittins import GittinsTable, _groups, _index, default_grid, ranking_index
 
 
 class _Cells(Sequence[float]):
@@ -110,56 +106,21 @@ class SortedSamples:
                 return None
             if self._finite_groups is None:
                 self._finite_groups = _groups(self.finite)
-            samples, groups = self.finite, self._finite_groups
-            n = m = len(samples)
-            top = samples[-1]
+            groups, n, top = self._finite_groups, len(self.finite), self.finite[-1]
         else:
             cap = float(cap)
             if not (cap > 0 and math.isfinite(cap)) or not self.ordered:
                 return None
             if self._all_groups is None:
                 self._all_groups = _groups(self.ordered)
-            samples, groups = self.ordered, self._all_groups
-            values, ends = groups
-            n = m = len(samples)
+            values, ends = self._all_groups
+            n = len(self.ordered)
             g = bisect_left(values, cap)  # the distinct values below the cap keep theirs
             if g < len(values):  # the rest become `cap`, all of them tied
                 groups = ([*values[:g], cap], [*ends[:g], n])
-                m, top = ends[g - 1] if g else 0, cap
+                top = cap
             else:
-                top = values[-1]
+                groups, top = (values, ends), values[-1]
         grid = _grid(start, per_decade, top)
-        cells = _Cells(len(grid), lambda i: _cell(samples, m, top, groups, n, grid[i]))
+        cells = _Cells(len(grid), lambda i: _index(groups, n, grid[i]))
         return LazyGittinsTable(grid=grid, values=cells, samples=n)  # type: ignore[arg-type]
-
-
-def _cell(
-    samples: list[float],
-    m: int,
-    cap: float,
-    groups: tuple[list[float], list[int]],
-    n: int,
-    attained: float,
-) -> float:
-    """`gittins._index(groups, n, attained)` where the sorted samples are `samples[:m]`
-    then `cap` for the other n - m: the same sums in the same order, as C-level passes.
-
-    There the running sum of (s - a) over the survivors grows one sample at a time and
-    each distinct value v's ratio is (samples done) / (sum + (n - done) x (v - a)); here
-    the running sums are one `accumulate` and the ratios one `map`, each float operation
-    on the same operands as there, so every value is the same to the bit."""
-    values, ends = groups
-    g = bisect_right(values, attained)  # first surviving value (S > a)
-    if g == len(values):
-        return 0.0
-    k = ends[g - 1] if g else 0  # first survivor
-    steps = map(sub, islice(samples, k, m), repeat(attained))
-    if m < n:
-        steps = chain(steps, repeat(cap - attained, n - m))
-    sums = list(accumulate(steps))  # sums[j - k - 1]: the sum over samples k..j-1
-    tail_ends, tail_values = ends[g:], values[g:]  # j: the index past a value's last copy
-    sums_at = map(sums.__getitem__, map(sub, tail_ends, repeat(k + 1)))
-    rest = map(mul, map(sub, repeat(n), tail_ends), map(sub, tail_values, repeat(attained)))
-    ratios = map(truediv, map(sub, tail_ends, repeat(k)), map(add, sums_at, rest))
-    best = max(ratios)  # each expected sum is > 0: every survivor's s - a is
-    return best if best > 0.0 else 0.0
