@@ -1,12 +1,14 @@
 """Per-kind Gittins tables whose cells are computed when first read.
 
-With `gittins_time_limit` every distinct bound (time limit x GPUs) of a kind gets its
-own truncated table, so a history refresh rebuilt about one table per active job, each
-a scan of the whole window (up to `history_window` samples) per grid point: most of a
-long simulation's time. Yet a waiting job reads one cell (its attained service, mostly
-0) and a running job the few it crosses. These tables give the very values
-`GittinsTable.from_samples` computes (the same `_index` on the same sorted samples), a
-cell at a time, and share the sort of a group's samples among all its bounds.
+With `gittins_time_limit` every bound (time limit x GPUs) of a kind in use gets its own
+truncated table: a history refresh rebuilt some 250 of them in the 50,000-job
+`bench_sim` runs, each a Python scan of the window (up to `history_window` samples) per
+grid point. Yet a waiting job reads one cell (its attained service, mostly 0) and a
+running job the few it crosses. These tables give the very values
+`GittinsTable.from_samples` computes, a cell at a time, and share the work among a
+group's bounds: its samples are sorted once, and at a given attained service `_index`'s
+scan below any bound is the same, so it runs once (`_scan`) and each bound adds only its
+tied tail. tests/test_policy_lazy_gittins.py checks every cell against `from_samples`.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class SortedSamples:
         self.finite = [s for s in self.ordered if math.isfinite(s)]
         self._finite_groups: tuple[list[float], list[int]] | None = None
         self._all_groups: tuple[list[float], list[int]] | None = None
+        self._scans: dict[float, tuple[int, list[float], list[float]]] = {}
 
     def table(self, cap: float | None, start: float, per_decade: int) -> GittinsTable | None:
         """`GittinsTable.from_samples` of the samples, capped at `cap` if given (values
@@ -113,14 +116,65 @@ class SortedSamples:
                 return None
             if self._all_groups is None:
                 self._all_groups = _groups(self.ordered)
-            values, ends = self._all_groups
-            n = len(self.ordered)
+            values = self._all_groups[0]
             g = bisect_left(values, cap)  # the distinct values below the cap keep theirs
             if g < len(values):  # the rest become `cap`, all of them tied
-                groups = ([*values[:g], cap], [*ends[:g], n])
-                top = cap
-            else:
-                groups, top = (values, ends), values[-1]
+                grid = _grid(start, per_decade, cap)
+                cells = _Cells(len(grid), lambda i: self._capped(g, cap, grid[i]))
+                return LazyGittinsTable(grid=grid, values=cells, samples=len(self.ordered))  # type: ignore[arg-type]
+            groups, n, top = self._all_groups, len(self.ordered), values[-1]
         grid = _grid(start, per_decade, top)
         cells = _Cells(len(grid), lambda i: _index(groups, n, grid[i]))
         return LazyGittinsTable(grid=grid, values=cells, samples=n)  # type: ignore[arg-type]
+
+    def _capped(self, g: int, cap: float, attained: float) -> float:
+        """`_index` of the samples capped at `cap` (the distinct values from the g-th on
+        become `cap`): the scan below the cap is the uncapped one, shared by every cap
+        (`_scan`); only the tied tail at `cap` is added here, sample by sample as there."""
+        if attained >= cap:
+            return 0.0  # no sample survives
+        values, ends = self._all_groups  # type: ignore[misc]
+        n = len(self.ordered)
+        g0, best_before, sum_before = self._scan(attained)
+        k = ends[g0 - 1] if g0 else 0  # first survivor
+        best, done_sum = best_before[g - g0], sum_before[g - g0]
+        j = ends[g - 1] if g else 0
+        d = cap - attained
+        for _ in range(n - j):
+            done_sum += d
+        j = n
+        expected = done_sum + (n - j) * d
+        if expected > 0:
+            r = (j - k) / expected
+            if r > best:
+                best = r
+        return best
+
+    def _scan(self, attained: float) -> tuple[int, list[float], list[float]]:
+        """`_index`'s scan of all the samples at `attained`, kept: the first surviving
+        value g0, and before each value from g0 on the best ratio so far and the running
+        sum (as `_index` has them when it reaches that value)."""
+        got = self._scans.get(attained)
+        if got is not None:
+            return got
+        values, ends = self._all_groups  # type: ignore[misc]
+        n = len(self.ordered)
+        g0 = bisect_right(values, attained)
+        k = ends[g0 - 1] if g0 else 0
+        best = done_sum = 0.0
+        best_before, sum_before = [best], [done_sum]
+        j = k
+        for v, end in zip(values[g0:], ends[g0:]):  # `_index`'s loop, line for line
+            d = v - attained
+            while j < end:
+                done_sum += d
+                j += 1
+            expected = done_sum + (n - j) * d
+            if expected > 0:
+                r = (j - k) / expected
+                if r > best:
+                    best = r
+            best_before.append(best)
+            sum_before.append(done_sum)
+        got = self._scans[attained] = (g0, best_before, sum_before)
+        return got
