@@ -362,6 +362,17 @@ def backfill_pass(
             if on_reserve is not None:
                 on_reserve(c.job_id, s)
 
+    def room(span: float) -> FreeIndex:
+        """What each node can give now for `span` seconds (reservations so far)."""
+        assert profile is not None
+        idx = FreeIndex(capacity)
+        for n in open_nodes:
+            f = free_now[n]
+            if n in planned:
+                f = min(f, profile.window_min(n, base, base + span))
+            idx.set(n, f)
+        return idx
+
     most = max(free_now.values())
     open_nodes = [n for n, f in free_now.items() if f > 0]  # node order
     ceil = math.ceil
@@ -397,16 +408,13 @@ def backfill_pass(
                     for n in free_now
                 }
                 profile = Profile(base, free_now, ends)
-        for d in deferred:
-            plan(d)
-        deferred.clear()
-        idx = FreeIndex(capacity)
-        for n in open_nodes:  # what each node can give for the whole time limit
-            f = free_now[n]
-            if n in planned:
-                f = min(f, profile.window_min(n, base, base + span))
-            idx.set(n, f)
-        alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
+        alloc = None
+        # no room with the reservations made so far: none once the deferred ones are made
+        if not (deferred and planned) or choose_gpus(room(span), c.gpus, c.consolidate, cpus):
+            for d in deferred:
+                plan(d)
+            deferred.clear()
+            alloc = choose_gpus(room(span), c.gpus, c.consolidate, cpus)
         if alloc is None:
             failed.add(shape)
             deferred.append(c)
