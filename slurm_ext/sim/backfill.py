@@ -26,6 +26,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
@@ -135,22 +136,13 @@ class Profile:
         self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
         # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
         self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
-        # a node's step lists are built when first read (most passes read few nodes)
+        # a node's step lists are built when first read (most passes read few nodes), by
+        # functions of the steps and base alone: a bound method here was a reference cycle
+        # per pass, for the garbage collector to find
         self.steps = steps
-        self.times: dict[str, list[float]] = _Lazy(self._times)
-        self.frees: dict[str, list[int]] = _Lazy(self._frees)
+        self.times: dict[str, list[float]] = _Lazy(partial(_times, steps, base))
+        self.frees: dict[str, list[int]] = _Lazy(partial(_frees, steps, base))
         self.ready: list[tuple[float, ...]] = [st.ready for st in steps.values()]
-
-    def _past(self, node: str) -> int:
-        """How many of the node's ends are at or before the base (part of its first step)."""
-        ends = self.steps[node].ends
-        return bisect_right(ends, self.base) if ends and ends[0] <= self.base else 0
-
-    def _times(self, node: str) -> list[float]:
-        return [self.base, *self.steps[node].ends[self._past(node) :]]
-
-    def _frees(self, node: str) -> list[int]:
-        return list(self.steps[node].frees[self._past(node) :])
 
     def window_min(self, node: str, start: float, end: float) -> int:
         """Fewest GPUs free on `node` at any moment of [start, end)."""
@@ -305,6 +297,22 @@ class Profile:
             i, j = bisect_left(times, start), bisect_left(times, end)
             for k in range(i, j):
                 frees[k] -= g
+
+
+def _past(st: NodeSteps, base: float) -> int:
+    """How many of a node's ends are at or before the base (part of its first step)."""
+    ends = st.ends
+    return bisect_right(ends, base) if ends and ends[0] <= base else 0
+
+
+def _times(steps: Mapping[str, NodeSteps], base: float, node: str) -> list[float]:
+    st = steps[node]
+    return [base, *st.ends[_past(st, base) :]]
+
+
+def _frees(steps: Mapping[str, NodeSteps], base: float, node: str) -> list[int]:
+    st = steps[node]
+    return list(st.frees[_past(st, base) :])
 
 
 def round_up(t: float, step: float) -> float:

@@ -9,6 +9,7 @@ from slurm_ext.attained import Attained
 from slurm_ext.model import JobView
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.kinds import Choice, Completed
+from slurm_ext.sim.backfill import Candidate
 from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.traces import TraceJob
 
@@ -126,7 +127,7 @@ class SimJob:
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
         "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
         "limit", "preemptible", "killed", "timed_out", "name", "account", "service",
-        "choice", "choice_of",
+        "choice", "choice_of", "candidate",
     )  # fmt: skip
 
     def __init__(
@@ -174,6 +175,7 @@ class SimJob:
         # when chosen: the choice changes only when that table is refreshed (sim/keys.py)
         self.choice: Choice | None = None
         self.choice_of: GittinsTable | None = None
+        self.candidate: Candidate | None = None  # as the backfill pass sees it (made once)
 
     def begin_stint(self, now: float, promoted: bool) -> None:
         """A run stint starts at `now`; `promoted`: the starvation guard lifted the job,
