@@ -19,9 +19,10 @@ def _samples(seed: int) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_every_cell_and_bound_as_from_samples(seed: int) -> None:
-    samples = _samples(seed)
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("infinite", [True, False])
+def test_every_cell_and_bound_as_from_samples(seed: int, infinite: bool) -> None:
+    samples = [s for s in _samples(seed) if infinite or math.isfinite(s)]
     pre = SortedSamples(samples)
     finite_max = max(s for s in samples if math.isfinite(s))
     for cap in (None, 1.0, 599.9, 600.0, 600.1, 3000.0, finite_max, finite_max * 2):

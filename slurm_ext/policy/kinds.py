@@ -98,7 +98,12 @@ class Choice:
     table: GittinsTable  # untruncated
     capped: GittinsTable | None  # truncated at `cap` GPU-seconds (None: no bound applies)
     cap: float | None
-    label: str
+    group: tuple[str, tuple]  # (level, key): see `label`
+
+    @property
+    def label(self) -> str:
+        """How explain names the group (made when read: the simulator never does)."""
+        return group_label(*self.group)
 
     def pick(self, attained: float) -> GittinsTable:
         """The truncated table while the job is below its bound, else the untruncated."""
@@ -188,7 +193,7 @@ class KindTables:
             self._chosen.clear()
             self._tables.clear()
             self._sorted.clear()
-        got = self._chosen[ck] = Choice(table, capped, cap, group_label(*group))
+        got = self._chosen[ck] = Choice(table, capped, cap, group)
         return got
 
     def _table(self, group: tuple[str, tuple], cap: float | None) -> GittinsTable:

@@ -107,6 +107,12 @@ class SortedSamples:
         if cap is None:
             if not self.finite:
                 return None
+            if len(self.finite) == len(self.ordered):  # `_index` is the shared scan's end
+                if self._all_groups is None:
+                    self._all_groups = _groups(self.ordered)
+                grid = _grid(start, per_decade, self.ordered[-1])
+                cells = _Cells(len(grid), lambda i: self._scan(grid[i])[1][-1])
+                return LazyGittinsTable(grid=grid, values=cells, samples=len(self.ordered))  # type: ignore[arg-type]
             if self._finite_groups is None:
                 self._finite_groups = _groups(self.finite)
             groups, n, top = self._finite_groups, len(self.finite), self.finite[-1]
