@@ -1,8 +1,9 @@
 """Same decisions before and after a simulator speed change: a hash per run.
 
-    .venv/bin/python benchmarks/sim_equivalence.py --save /tmp/before.json   # old code
-    .venv/bin/python benchmarks/sim_equivalence.py --check /tmp/before.json  # new code
-    .venv/bin/python benchmarks/sim_equivalence.py --jobs 20000 --small 10000 --save ...
+    mkdir /tmp/old && git archive main | tar -x -C /tmp/old   # the code before
+    PYTHONPATH=/tmp/old .venv/bin/python benchmarks/sim_equivalence.py --save /tmp/before.json
+    .venv/bin/python benchmarks/sim_equivalence.py --check /tmp/before.json  # this tree
+    ... --jobs 20000 --small 10000 --save / --check ...  # larger runs (minutes)
 
 A speed change must not change any decision, so each case hashes every job's first
 start, finish, preemption count and timeout flag, plus the run's preemption and event
