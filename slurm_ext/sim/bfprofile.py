@@ -95,7 +95,7 @@ class Profile:
         # nodes reserved since (a reservation only delays a node's earliest start)
         self.changed: list[int] = []
         self.touched: set[int] = set()  # nodes reserved in this profile (set of `changed`)
-        self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
+        self.cache: dict[tuple[int, float, float], tuple[list[float], int, float, int]] = {}
         # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
         self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
         # a node's step lists are built when first read (most passes read few nodes), by
@@ -142,15 +142,26 @@ class Profile:
             nodes = self.nodes
             if hit is None:
                 vals = self._single_earliest(c.gpus, length, before)
+                best = min(vals)
+                at = vals.index(best)  # ties: the first node
             else:
-                vals, seen = hit
-                for p in set(self.changed[seen:]):
+                # the (earliest, node) minimum is kept: only the nodes reserved since
+                # change, so it is theirs or, unless its own node changed, the old one
+                vals, seen, best, at = hit
+                changed = set(self.changed[seen:])
+                for p in changed:
                     vals[p] = self.node_earliest(nodes[p], c.gpus, length, before)
-            self.cache[key] = (vals, len(self.changed))
-            best = min(vals)
+                if at in changed:
+                    best = min(vals)
+                    at = vals.index(best)
+                else:
+                    for p in changed:
+                        if vals[p] < best or (vals[p] == best and p < at):
+                            best, at = vals[p], p
+            self.cache[key] = (vals, len(self.changed), best, at)
             if best == INF:
                 return INF, []
-            return best, [(nodes[vals.index(best)], c.gpus)]  # ties: the first node
+            return best, [(nodes[at], c.gpus)]
         if c.consolidate:
             # still right if no reservation since took one of its nodes: a reservation
             # only delays the nodes it takes
