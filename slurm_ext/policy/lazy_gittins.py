@@ -14,6 +14,7 @@ tied tail. tests/test_policy_lazy_gittins.py checks every cell against `from_sam
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
@@ -98,7 +99,7 @@ class SortedSamples:
         self.finite = [s for s in self.ordered if math.isfinite(s)]
         self._finite_groups: tuple[list[float], list[int]] | None = None
         self._all_groups: tuple[list[float], list[int]] | None = None
-        self._scans: dict[float, tuple[int, list[float], list[float]]] = {}
+        self._scans: dict[float, tuple[int, array[float], array[float]]] = {}
 
     def table(self, cap: float | None, start: float, per_decade: int) -> GittinsTable | None:
         """`GittinsTable.from_samples` of the samples, capped at `cap` if given (values
@@ -156,7 +157,7 @@ class SortedSamples:
                 best = r
         return best
 
-    def _scan(self, attained: float) -> tuple[int, list[float], list[float]]:
+    def _scan(self, attained: float) -> tuple[int, array[float], array[float]]:
         """`_index`'s scan of all the samples at `attained`, kept: the first surviving
         value g0, and before each value from g0 on the best ratio so far and the running
         sum (as `_index` has them when it reaches that value)."""
@@ -168,7 +169,8 @@ class SortedSamples:
         g0 = bisect_right(values, attained)
         k = ends[g0 - 1] if g0 else 0
         best = done_sum = 0.0
-        best_before, sum_before = [best], [done_sum]
+        # arrays of doubles: the same values, without a float object each
+        best_before, sum_before = array("d", [best]), array("d", [done_sum])
         j = k
         for v, end in zip(values[g0:], ends[g0:]):  # `_index`'s loop, line for line
             d = v - attained

@@ -39,7 +39,7 @@ from operator import itemgetter
 from slurm_ext.model import JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, choose_gpus, spread_slowdown
 from slurm_ext.policy.guards import wait_guarded
-from slurm_ext.policy.kinds import Completed
+from slurm_ext.policy.kinds import Choice, Completed
 from slurm_ext.policy.placement import min_nodes
 from slurm_ext.policy.ranking import starved
 from slurm_ext.sim.backfill import NodeSteps
@@ -96,6 +96,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         )
         self.since_refresh = 0
         self.table: GittinsTable | None = None
+        self.choices: dict[SimJob, Choice] = {}  # each job's kind tables (sim/keys.py)
         if policy.policy == "gittins" and self.history:
             self.table = build_table(list(self.history), self.cfg)
         # Slurm's fair-share usage per user, when keys read it (policy/fairshare.py)

@@ -52,13 +52,14 @@ class KeyedQueues:
             waiting_since, promoted_at = job.waiting_since, None
         table = self.table
         if table is not None and table.kinds is not None:
-            # the table `own_table` would pick, from the job's cached kind choice
-            if job.choice_of is not table:
-                job.choice = table.kinds.choose(
+            # the table `own_table` would pick, from the job's kind choice (`choices`: kept
+            # until the table is refreshed, then emptied, so no old table stays alive)
+            choice = self.choices.get(job)
+            if choice is None:
+                choice = self.choices[job] = table.kinds.choose(
                     job.gpus, job.user, job.name, job.account, job.limit
                 )
-                job.choice_of = table
-            own = job.choice.pick(attained)  # type: ignore[union-attr]
+            own = choice.pick(attained)
             if own.samples:  # the same key from its own table (no kinds: read as is)
                 table = own
         key, after = key_and_change(
@@ -129,6 +130,7 @@ class KeyedQueues:
                 for j in active
             ]
         self.table = build_table(list(self.history), self.cfg, censored)
+        self.choices.clear()
         self.since_refresh = 0
         self.pending = {}
         self.pending_ver += 1
