@@ -18,7 +18,8 @@ untruncated table. Attained service still conditions the index as before, so it 
 a Gittins index.
 
 Group tables are built lazily on first use and cached per (group, bound) until the next
-history refresh; uncensored samples only (`gittins_censored` keeps its Kaplan-Meier
+history refresh, their cells computed as they are read (policy/lazy_gittins.py);
+uncensored samples only (`gittins_censored` keeps its Kaplan-Meier
 estimate for the class and pooled tables without a bound).
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
+from slurm_ext.policy.lazy_gittins import SortedSamples
 
 FIELDS = ("user", "name", "account", "gpus")
 CLASS_LEVEL = "gpus-class"
@@ -96,7 +98,12 @@ class Choice:
     table: GittinsTable  # untruncated
     capped: GittinsTable | None  # truncated at `cap` GPU-seconds (None: no bound applies)
     cap: float | None
-    label: str
+    group: tuple[str, tuple]  # (level, key): see `label`
+
+    @property
+    def label(self) -> str:
+        """How explain names the group (made when read: the simulator never does)."""
+        return group_label(*self.group)
 
     def pick(self, attained: float) -> GittinsTable:
         """The truncated table while the job is below its bound, else the untruncated."""
@@ -119,6 +126,7 @@ class KindTables:
     max_cached: int = 50_000
     _tables: dict[tuple, GittinsTable] = field(default_factory=dict, repr=False)
     _chosen: dict[tuple, Choice] = field(default_factory=dict, repr=False)
+    _sorted: dict[tuple, SortedSamples] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -184,7 +192,8 @@ class KindTables:
         if len(self._chosen) >= self.max_cached:  # bounded: kinds come from users
             self._chosen.clear()
             self._tables.clear()
-        got = self._chosen[ck] = Choice(table, capped, cap, group_label(*group))
+            self._sorted.clear()
+        got = self._chosen[ck] = Choice(table, capped, cap, group)
         return got
 
     def _table(self, group: tuple[str, tuple], cap: float | None) -> GittinsTable:
@@ -192,9 +201,14 @@ class KindTables:
         t = self._tables.get(key)
         if t is None:
             s = self.groups[group]
-            if cap is not None:
-                s = [x if x < cap else cap for x in s]
-            t = self._tables[key] = GittinsTable.from_samples(
-                s, self.start, self.per_decade, self.whole
-            )
+            if not self.whole:  # the same table, its cells computed as they are read
+                pre = self._sorted.get(group)
+                if pre is None:
+                    pre = self._sorted[group] = SortedSamples(s)
+                t = pre.table(cap, self.start, self.per_decade)
+            if t is None:
+                if cap is not None:
+                    s = [x if x < cap else cap for x in s]
+                t = GittinsTable.from_samples(s, self.start, self.per_decade, self.whole)
+            self._tables[key] = t
         return t

@@ -17,18 +17,29 @@ and per-partition limits (`bf_max_job_user`, ...).
 `backfill_pass` is a pure function of what the pass sees. It plans lazily: a blocked
 job's reservation is computed only once a lower-ranked job could start now (the only
 thing a pass changes is who starts now), in priority order, so the result is the same
-as planning every job.
+as planning every job. The free GPUs per node over time and the earliest-start questions
+are `sim.bfprofile`'s (`NodeSteps`, `Profile`).
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
-from slurm_ext.policy.placement import min_nodes
+from slurm_ext.sim.bfprofile import NodeSteps, Profile, node_steps
+
+__all__ = [
+    "BackfillParams",
+    "Candidate",
+    "NodeSteps",
+    "Profile",
+    "backfill_pass",
+    "node_steps",
+    "round_up",
+]
 
 INF = math.inf
 
@@ -46,264 +57,15 @@ class BackfillParams:
             raise ValueError(f"backfill parameters out of range: {self}")
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A pending job as the pass sees it."""
+class Candidate(NamedTuple):
+    """A pending job as the pass sees it (a named tuple: a pass makes up to
+    `bf_max_job_test` of them, and a frozen dataclass was slow to build)."""
 
     job_id: int
     gpus: int
     consolidate: bool  # must get the fewest nodes possible
     limit_s: float  # its time limit (inf: none)
     cpus_per_gpu: int = 0
-
-
-class _Lazy(dict):
-    """A dict that builds a missing key's value with `build(key)` and keeps it."""
-
-    def __init__(self, build: Callable[[str], list]) -> None:
-        super().__init__()
-        self.build = build
-
-    def __missing__(self, key: str) -> list:
-        value = self[key] = self.build(key)
-        return value
-
-
-@dataclass(frozen=True)
-class NodeSteps:
-    """One node's free GPUs over time before any reservation: `frees[0]` now, then
-    `frees[i]` from `ends[i - 1]` on (ends ascending, distinct). `ready[g]`: when it
-    first has g GPUs free (-inf: now; inf: never), so that a node no reservation took
-    (free GPUs never fall) answers an earliest-start question without a walk."""
-
-    ends: tuple[float, ...]
-    frees: tuple[int, ...]
-    ready: tuple[float, ...]
-
-
-def node_steps(free: int, ends: Iterable[tuple[float, int]]) -> NodeSteps:
-    """A node's `NodeSteps` from its free GPUs now and (end, GPUs) of its running jobs."""
-    times: list[float] = []
-    frees = [free]
-    for end, g in sorted(ends):
-        if times and end <= times[-1]:
-            frees[-1] += g
-        else:
-            times.append(end)
-            frees.append(frees[-1] + g)
-    ready, i = [], 0
-    for g in range(frees[-1] + 1):
-        while frees[i] < g:
-            i += 1
-        ready.append(-INF if i == 0 else times[i - 1])
-    return NodeSteps(tuple(times), tuple(frees), tuple(ready))
-
-
-class Profile:
-    """Free GPUs per node over time: a step function per node, from `base` on.
-
-    times[n][i] <= t < times[n][i + 1] has frees[n][i] GPUs free on node n (the last
-    step lasts forever).
-    """
-
-    def __init__(
-        self,
-        base: float,
-        free: Mapping[str, int],
-        node_ends: Mapping[str, Iterable[tuple[float, int]]],
-    ) -> None:
-        """node_ends: per node, (end, GPUs) of each running job there (ends rounded)."""
-        self._setup(base, {n: node_steps(free[n], node_ends[n]) for n in free})
-
-    @classmethod
-    def from_steps(cls, base: float, steps: Mapping[str, NodeSteps]) -> Profile:
-        """The profile from each node's `node_steps` (which a caller may keep across
-        passes: they change only when a job starts or ends on the node)."""
-        p = cls.__new__(cls)
-        p._setup(base, steps)
-        return p
-
-    def _setup(self, base: float, steps: Mapping[str, NodeSteps]) -> None:
-        self.base = base
-        self.nodes = list(steps)
-        self.pos = {n: i for i, n in enumerate(self.nodes)}
-        # single-node earliest starts per (GPUs, length), per node; `changed` logs the
-        # nodes reserved since (a reservation only delays a node's earliest start)
-        self.changed: list[int] = []
-        self.touched: set[int] = set()  # nodes reserved in this profile (set of `changed`)
-        self.cache: dict[tuple[int, float, float], tuple[list[float], int]] = {}
-        # the same for multi-node jobs: (start, GPUs) per (GPUs, length)
-        self.multi: dict[tuple[int, float, float], tuple[tuple[float, list], int]] = {}
-        # a node's step lists are built when first read (most passes read few nodes)
-        self.steps = steps
-        self.times: dict[str, list[float]] = _Lazy(self._times)
-        self.frees: dict[str, list[int]] = _Lazy(self._frees)
-        self.ready: list[tuple[float, ...]] = [st.ready for st in steps.values()]
-
-    def _past(self, node: str) -> int:
-        """How many of the node's ends are at or before the base (part of its first step)."""
-        ends = self.steps[node].ends
-        return bisect_right(ends, self.base) if ends and ends[0] <= self.base else 0
-
-    def _times(self, node: str) -> list[float]:
-        return [self.base, *self.steps[node].ends[self._past(node) :]]
-
-    def _frees(self, node: str) -> list[int]:
-        return list(self.steps[node].frees[self._past(node) :])
-
-    def window_min(self, node: str, start: float, end: float) -> int:
-        """Fewest GPUs free on `node` at any moment of [start, end)."""
-        times, frees = self.times[node], self.frees[node]
-        i = bisect_right(times, start) - 1
-        j = bisect_left(times, end)
-        return min(frees[max(i, 0) : max(j, i + 1)])
-
-    def node_earliest(self, node: str, gpus: int, length: float, before: float) -> float:
-        """Earliest step start (< before) from which `node` keeps `gpus` free for `length`;
-        INF if none."""
-        times, frees = self.times[node], self.frees[node]
-        k = len(times)
-        i = 0
-        while i < k and times[i] < before:
-            if frees[i] >= gpus:
-                end = times[i] + length
-                j = i + 1
-                while j < k and times[j] < end and frees[j] >= gpus:
-                    j += 1
-                if j == k or times[j] >= end:
-                    return times[i]
-                i = j + 1  # step j has too few: no start before it can span it
-            else:
-                i += 1
-        return INF
-
-    def earliest(
-        self, c: Candidate, capacity: int, length: float, before: float
-    ) -> tuple[float, list[tuple[str, int]]]:
-        """The job's earliest start before `before` and the GPUs it would hold then."""
-        if c.consolidate and c.gpus <= capacity:
-            key = (c.gpus, length, before)
-            hit = self.cache.get(key)
-            nodes = self.nodes
-            if hit is None:
-                vals = self._single_earliest(c.gpus, length, before)
-            else:
-                vals, seen = hit
-                for p in set(self.changed[seen:]):
-                    vals[p] = self.node_earliest(nodes[p], c.gpus, length, before)
-            self.cache[key] = (vals, len(self.changed))
-            best = min(vals)
-            if best == INF:
-                return INF, []
-            return best, [(nodes[vals.index(best)], c.gpus)]  # ties: the first node
-        if c.consolidate:
-            # still right if no reservation since took one of its nodes: a reservation
-            # only delays the nodes it takes
-            key = (c.gpus, length, before)
-            hit = self.multi.get(key)
-            if hit is not None:
-                (t, alloc), seen = hit
-                if {self.pos[n] for n, _ in alloc}.isdisjoint(self.changed[seen:]):
-                    return t, alloc
-            out = self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
-            self.multi[key] = (out, len(self.changed))
-            return out
-        m = len(self.nodes)
-        starts = sorted({t for n in self.nodes for t in self.times[n] if t < before})
-        for s in starts:
-            offers = [(self.window_min(n, s, s + length), n) for n in self.nodes]
-            best_offers = sorted(offers, key=lambda o: -o[0])[:m]  # stable: node order
-            if sum(o for o, _ in best_offers) >= c.gpus:
-                alloc, left = [], c.gpus
-                for o, n in best_offers:
-                    if left <= 0 or o <= 0:
-                        break
-                    alloc.append((n, min(o, left)))
-                    left -= alloc[-1][1]
-                return s, alloc
-        return INF, []
-
-    def _single_earliest(self, gpus: int, length: float, before: float) -> list[float]:
-        """`node_earliest` of every node; a node no reservation took has free GPUs that
-        never fall, so its answer is when it first has `gpus` free (`NodeSteps.ready`)."""
-        base, touched, ready = self.base, self.touched, self.ready
-        vals = []
-        for p, n in enumerate(self.nodes):
-            if p in touched:
-                vals.append(self.node_earliest(n, gpus, length, before))
-                continue
-            r = ready[p]
-            t = r[gpus] if gpus < len(r) else INF
-            if t < base:
-                t = base
-            vals.append(t if t < before else INF)
-        return vals
-
-    def _earliest_nodes(
-        self, gpus: int, m: int, length: float, before: float
-    ) -> tuple[float, list[tuple[str, int]]]:
-        """A multi-node consolidated job's earliest start: m nodes that each keep an even
-        share, ceil(gpus / m), free for `length` from a common start (a sweep over each
-        node's runs of enough free GPUs)."""
-        share = -(-gpus // m)
-        events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
-        base, touched, ready = self.base, self.touched, self.ready
-        for pos, n in enumerate(self.nodes):
-            if pos not in touched:  # free GPUs never fall: one run, from `ready` on
-                r = ready[pos]
-                t = r[share] if share < len(r) else INF
-                if t < base:
-                    t = base
-                if t < before:
-                    events.append((t, 0, pos))  # it never closes (before inf: no close)
-                continue
-            times, frees = self.times[n], self.frees[n]
-            k, i = len(times), 0
-            while i < k and times[i] < before:
-                if frees[i] < share:
-                    i += 1
-                    continue
-                j = i + 1
-                while j < k and frees[j] >= share:
-                    j += 1
-                run_end = times[j] if j < k else INF
-                last = INF if run_end == INF else run_end - length  # latest start in the run
-                if last >= times[i]:
-                    events.append((times[i], 0, pos))
-                    events.append((last, 1, pos))
-                i = j
-        events.sort()
-        open_nodes: set[int] = set()
-        for t, kind, pos in events:
-            if kind == 1:
-                open_nodes.discard(pos)
-                continue
-            open_nodes.add(pos)
-            if len(open_nodes) >= m and t < before:
-                picked = sorted(open_nodes)[:m]  # node order
-                alloc = [(self.nodes[p], share) for p in picked]
-                alloc[-1] = (alloc[-1][0], gpus - share * (m - 1))
-                return t, alloc
-        return INF, []
-
-    def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
-        """Take `alloc`'s GPUs over [start, end)."""
-        for n, g in alloc:
-            p = self.pos[n]
-            self.changed.append(p)
-            self.touched.add(p)
-            times, frees = self.times[n], self.frees[n]
-            for t in (start, end):
-                i = bisect_right(times, t) - 1
-                if i < 0:
-                    times.insert(0, t)
-                    frees.insert(0, frees[0])
-                elif times[i] != t:
-                    times.insert(i + 1, t)
-                    frees.insert(i + 1, frees[i])
-            i, j = bisect_left(times, start), bisect_left(times, end)
-            for k in range(i, j):
-                frees[k] -= g
 
 
 def round_up(t: float, step: float) -> float:
@@ -361,15 +123,42 @@ def backfill_pass(
             if on_reserve is not None:
                 on_reserve(c.job_id, s)
 
+    def room(span: float) -> FreeIndex:
+        """What each node can give now for `span` seconds (reservations so far)."""
+        assert profile is not None
+        idx = FreeIndex(capacity)
+        for n in open_nodes:
+            f = free_now[n]
+            if n in planned:
+                f = min(f, profile.window_min(n, base, base + span))
+            idx.set(n, f)
+        return idx
+
     most = max(free_now.values())
     open_nodes = [n for n, f in free_now.items() if f > 0]  # node order
     ceil = math.ceil
+    # What a job may start on only shrinks as the pass goes (starts, reservations), and
+    # whether `choose_gpus` finds room is monotone in it (the m largest nodes' free GPUs
+    # reach the job's, or the total does). So a job that finds no room in the free GPUs
+    # alone, or whose shape (GPUs, consolidate, span, cores per GPU) found none before,
+    # cannot start: it needs no planning before it (reservations are still made in order)
+    failed: set[tuple[int, bool, float, int]] = set()
+    free_idx = FreeIndex(capacity)  # free_now, without the reservations
+    for n in open_nodes:
+        free_idx.set(n, free_now[n])
     for tested, c in enumerate(pending):
         if tested >= params.max_job_test or total <= 0:
             break
         need = c.gpus if not c.consolidate else min(c.gpus, capacity)
         if c.gpus > total or (c.consolidate and most < need):
             deferred.append(c)  # cannot start now whatever the reservations
+            continue
+        span = length(c)
+        shape = (c.gpus, c.consolidate, span, c.cpus_per_gpu)
+        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
+        if shape in failed or choose_gpus(free_idx, c.gpus, c.consolidate, cpus) is None:
+            failed.add(shape)
+            deferred.append(c)
             continue
         if profile is None:
             if steps is not None:
@@ -380,22 +169,19 @@ def backfill_pass(
                     for n in free_now
                 }
                 profile = Profile(base, free_now, ends)
-        for d in deferred:
-            plan(d)
-        deferred.clear()
-        span = length(c)
-        idx = FreeIndex(capacity)
-        for n in open_nodes:  # what each node can give for the whole time limit
-            f = free_now[n]
-            if n in planned:
-                f = min(f, profile.window_min(n, base, base + span))
-            idx.set(n, f)
-        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
-        alloc = choose_gpus(idx, c.gpus, c.consolidate, cpus)
+        alloc = None
+        # no room with the reservations made so far: none once the deferred ones are made
+        if not (deferred and planned) or choose_gpus(room(span), c.gpus, c.consolidate, cpus):
+            for d in deferred:
+                plan(d)
+            deferred.clear()
+            alloc = choose_gpus(room(span), c.gpus, c.consolidate, cpus)
         if alloc is None:
+            failed.add(shape)
             deferred.append(c)
             continue
         profile.reserve(alloc, base, base + span)
+        free_idx.take(alloc)
         for n, g in alloc:
             free_now[n] -= g
             if cpus_now is not None:

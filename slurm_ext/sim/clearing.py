@@ -230,6 +230,7 @@ class NodeClearing:
             return [(k, p) for k, p in cands if k == ABOVE_ALL], cheapest
         cands.sort(key=_first, reverse=True)  # stable: node order among equal bounds
         names, node_worst, free = self.node_names, self.node_worst, self.idx.free
+        cap = self.cfg.max_preemptions
         ok: dict[SimJob, bool] = {}
         needs: list[tuple[tuple, int]] = []
         best: list[tuple] = []  # the need_nodes highest needs found, lowest on top
@@ -246,9 +247,12 @@ class NodeClearing:
                         break
                     e = ok.get(v)
                     if e is None:
-                        e = ok[v] = self._may_go_now(v, now, gain)
-                        if not e and self._may_ever_go(v):
+                        # `_may_go_now` inline (here gain < max_lost: its cost counts)
+                        e = v.preemptible and (cap <= 0 or v.preemptions < cap)
+                        if e and requeue_cost_gpu_s(v.gpus, now - v.start, every, restart) > gain:
+                            e = False
                             retry = min(retry, requeue_cost_gpu_s(v.gpus, 0.0, every, restart))
+                        ok[v] = e
                     if e:
                         room += g
                         if room >= target:

@@ -50,9 +50,21 @@ class KeyedQueues:
         else:
             attained, executed, last_run = job.attained, job.executed, job.last_run
             waiting_since, promoted_at = job.waiting_since, None
+        table = self.table
+        if table is not None and table.kinds is not None:
+            # the table `own_table` would pick, from the job's kind choice (`choices`: kept
+            # until the table is refreshed, then emptied, so no old table stays alive)
+            choice = self.choices.get(job)
+            if choice is None:
+                choice = self.choices[job] = table.kinds.choose(
+                    job.gpus, job.user, job.name, job.account, job.limit
+                )
+            own = choice.pick(attained)
+            if own.samples:  # the same key from its own table (no kinds: read as is)
+                table = own
         key, after = key_and_change(
             self.cfg,
-            self.table,
+            table,
             now,
             job.id,
             job.gpus,
@@ -118,6 +130,7 @@ class KeyedQueues:
                 for j in active
             ]
         self.table = build_table(list(self.history), self.cfg, censored)
+        self.choices.clear()
         self.since_refresh = 0
         self.pending = {}
         self.pending_ver += 1

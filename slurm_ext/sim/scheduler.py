@@ -145,13 +145,12 @@ class SlurmPasses:
             heappop(heap)  # == entry
             popped.append((b, entry))
             job = entry[3]
-            yield Candidate(
-                job.id,
-                job.gpus,
-                job.must_consolidate,
-                job.limit if job.limit is not None else INF,
-                job.cpus_per_gpu,
-            )
+            cand = job.candidate  # what the pass reads of a job never changes: made once
+            if cand is None:
+                limit = job.limit if job.limit is not None else INF
+                cand = Candidate(job.id, job.gpus, job.must_consolidate, limit, job.cpus_per_gpu)
+                job.candidate = cand
+            yield cand
             if self._top(heap, False) is not None:
                 heappush(heads, (heap[0], b))
             else:

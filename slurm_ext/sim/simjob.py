@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from slurm_ext.attained import Attained
 from slurm_ext.model import JobView
 from slurm_ext.policy.kinds import Completed
+from slurm_ext.sim.backfill import Candidate
 from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.traces import TraceJob
 
@@ -125,6 +126,7 @@ class SimJob:
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
         "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
         "limit", "preemptible", "killed", "timed_out", "name", "account", "service",
+        "candidate",
     )  # fmt: skip
 
     def __init__(
@@ -168,6 +170,7 @@ class SimJob:
         self.preemptible = True  # opted in to requeue
         self.killed = False  # this stint's end event is its time limit
         self.timed_out = False  # killed at its limit (finished, unfinished work)
+        self.candidate: Candidate | None = None  # as the backfill pass sees it (made once)
 
     def begin_stint(self, now: float, promoted: bool) -> None:
         """A run stint starts at `now`; `promoted`: the starvation guard lifted the job,
