@@ -25,7 +25,10 @@ limits Slurm really enforced (whole wall minutes, so longer than the trace's at 
 speedups), and the replay's backfill and service cycles scaled back to trace seconds:
 the service's pass period as measured in its log, Slurm's hold of a requeued job
 (`requeue_delay_s` = 6 wall s x speedup; --no-requeue-hold leaves it out), the service's
-one waiting job per pass and its cap of requeues per pass. The simulated spread over
+one waiting job per pass and its cap of requeues per pass, the Gittins table rebuilt at
+every completion as the service rebuilds it each pass (`history_refresh` = 1), and
+Slurm's whole-second clock in the run lengths that history learns (`clock_s` = 1 wall s
+x speedup; --exact-clock leaves it out). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
@@ -67,6 +70,7 @@ TIRESIAS_60 = (
 # the simulator is re-run with the service's pass period x these: the spread shows how
 # much one run's timing (Slurm's and the service's latency) can move the result
 PERIOD_JITTER = (0.9, 0.95, 1.05, 1.1)
+SLURM_CLOCK_S = 1.0  # Slurm's StartTime/EndTime resolution (wall s)
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 
@@ -177,6 +181,11 @@ def sim_inputs(
         restart_overhead_s=max(launch_wall_s, 0.0) * speedup,  # a restart is a launch
         requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,
         seed=args.seed,
+        # the live service learns run lengths from Slurm's whole-second times: 1 wall s
+        clock_s=SLURM_CLOCK_S * speedup if args.slurm_clock else 0.0,
+        # and rebuilds its Gittins table from every completion by its next pass (the
+        # simulator's default waits for the history to grow by a quarter)
+        history_refresh=1,
     )
     return jobs, cluster
 
@@ -202,6 +211,12 @@ def main() -> int:
         dest="requeue_hold",
         action="store_false",
         help="simulate without Slurm's hold of requeued jobs (cred_expire + 1 wall s)",
+    )
+    ap.add_argument(
+        "--exact-clock",
+        dest="slurm_clock",
+        action="store_false",
+        help="simulate the service's history with exact run lengths, not Slurm's whole seconds",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

@@ -145,7 +145,10 @@ def advance(
     terminal = job.state.value in TERMINAL
     service, waiting = next_service(prev, job, gpus, now, promoted, terminal)
     completion = None
-    if terminal and service.closed_gpu_s > 0:
+    # a run Slurm timed at 0 s (start and end in the same second) is a completion too:
+    # dropping it left the shortest jobs out of the Gittins history (issue 13)
+    ran = prev.run_start is not None or (prev.state == "PENDING" and _ran_unseen(job, waiting))
+    if terminal and (service.closed_gpu_s > 0 or ran):
         completion = (job.job_id, service.closed_gpu_s, service.closed_run_s, job.end_time or now)
     rec = prev.with_attained(
         service,
@@ -221,9 +224,13 @@ def _requeue_completing(job: Job, stint: Stint | None, prev_state: str) -> bool:
 
 
 def _ran_unseen(job: Job, waiting_since: float | None) -> bool:
-    """A terminal job Slurm says ran, that no pass saw running since it last waited."""
+    """A terminal job Slurm says ran, that no pass saw running since it last waited.
+    Slurm's times are whole seconds, so a run under a second may end in the second it
+    started; a job cancelled while pending has both stamped with the cancel, and did not run."""
     start, end = job.start_time, job.end_time
-    if not start or not end or end <= start:
+    if not start or not end or end < start:
+        return False
+    if end == start and job.state == JobState.CANCELLED:
         return False
     return waiting_since is None or start >= waiting_since - 1
 

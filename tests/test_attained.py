@@ -89,6 +89,22 @@ def test_a_run_between_two_passes_is_counted():
     assert comp == []
 
 
+def test_a_run_slurm_timed_at_zero_seconds_is_a_completion():
+    # Slurm's times are whole seconds: a sub-second run may start and end in one second.
+    # It ran, so it belongs in the Gittins history (it was dropped: issue 13, the shortest
+    # jobs of a live replay missing from the service's history)
+    recs, _ = fold_jobs({}, [_job(7, "PENDING", gpus=2)], now=110)
+    recs, comp = fold_jobs(recs, [_job(7, "COMPLETED", gpus=2, start=120, end=120)], now=121)
+    assert recs[7].done and comp == [(7, 0.0, 0.0, 120)]
+    # seen running by a pass, then ended within that second
+    recs, _ = fold_jobs({}, [_job(8, "RUNNING", gpus=1, start=130)], now=130.5)
+    recs, comp = fold_jobs(recs, [_job(8, "COMPLETED", gpus=1, start=130, end=130)], now=131)
+    assert comp == [(8, 0.0, 0.0, 130)]
+    # a job that failed at once, first seen finished
+    _, comp = fold_jobs({}, [_job(9, "FAILED", gpus=1, start=140, end=140)], now=150)
+    assert comp == [(9, 0.0, 0.0, 140)]
+
+
 def test_runs_while_the_store_fails_are_counted_when_it_recovers(tmp_path):
     cfg = ServiceConfig(store=str(tmp_path / "s.db"), port=0, history_source="store")
     store = Store(cfg.store)

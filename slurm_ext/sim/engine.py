@@ -95,6 +95,8 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
             cluster.history, maxlen=self.cfg.history_window
         )
         self.since_refresh = 0
+        # GPU-seconds of each job's ended stints as Slurm's clock times them (clock_s > 0)
+        self.clocked: dict[int, float] = {}
         self.table: GittinsTable | None = None
         self.choices: dict[SimJob, Choice] = {}  # each job's kind tables (sim/keys.py)
         if policy.policy == "gittins" and self.history:
@@ -327,6 +329,10 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         if self.ledger is not None:
             self.ledger.charge(job.user, job.gpus, job.start, now)
         ran = now - job.start
+        if self.cl.clock_s:  # whole ticks between the start's and the end's (Slurm's times)
+            tick = self.cl.clock_s
+            whole = math.floor(now / tick) - math.floor(job.start / tick)
+            self.clocked[job.id] = self.clocked.get(job.id, 0.0) + job.gpus * whole * tick
         job.progress = min(job.duration, job.progress + max(0.0, ran - job.overhead) / job.slowdown)
         job.end_stint(now)
         job.running = False
@@ -348,8 +354,9 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         job.key_ver += 1
         self.done += 1
         if self.cfg.policy == "gittins":
+            gpu_s = self.clocked.pop(job.id, 0.0) if self.cl.clock_s else job.attained
             self.history.append(
-                Completed(job.gpus, job.attained, job.user, job.name, job.account, job.limit)
+                Completed(job.gpus, gpu_s, job.user, job.name, job.account, job.limit)
             )
             self.since_refresh += 1
             if self.since_refresh >= max(1, min(self.cl.history_refresh, len(self.history) // 4)):

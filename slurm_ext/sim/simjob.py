@@ -58,6 +58,12 @@ class SimConfig:
         cpus_per_node // gpus_per_node) on each of its nodes, and runs at
         cpu_speed(model, cores per GPU, cpu_knees).
     cpu_knees: per model, the cores per GPU at which its GPU saturates.
+    clock_s: the tick of Slurm's clock in trace seconds, for the history the policy learns
+        from: the live service times a finished run from Slurm's StartTime and EndTime,
+        whole seconds, so in a replay at speedup X each run is known to X trace seconds
+        (a sub-second run may count 0 or 1 s). Each stint is timed so in the Gittins
+        history (from start and end truncated to the tick); 0: exact (a site at speedup 1
+        is within a second). JCTs stay exact.
     """
 
     nodes: int = 8
@@ -81,6 +87,7 @@ class SimConfig:
     checkpoint_interval_s: float = 0.0
     preemptible_fraction: float | None = None
     seed: int = 0
+    clock_s: float = 0.0
 
     @property
     def requeue_restart_s(self) -> float:
@@ -102,6 +109,7 @@ class SimConfig:
             "checkpoint_interval_s",
             "restart_overhead_s",
             "requeue_delay_s",
+            "clock_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
