@@ -62,6 +62,12 @@ class ServiceMetrics:
         self.reports_refused = Counter(
             "slurm_ext_reports_refused_total", "Report posts refused", ["reason"], registry=r
         )
+        self.order_inversions = Gauge(
+            "slurm_ext_order_inversions_ratio",
+            "Share of adjacent pending jobs Slurm's priority orders against the service's"
+            " (Slurm's other factors outweigh the written values' spacing)",
+            registry=r,
+        )
         self.last_pass = Gauge(
             "slurm_ext_last_pass_timestamp_seconds", "When the last pass finished", registry=r
         )
@@ -77,6 +83,8 @@ class ServiceMetrics:
         for q, n in counts.items():
             self.queue_jobs.labels(queue=str(q)).set(n)
         self.promoted.set(sum(1 for d in decisions if d.promoted))
+        inverted, compared = res.inversions
+        self.order_inversions.set(inverted / compared if compared else 0.0)
         self.last_pass.set_to_current_time()
 
 

@@ -27,6 +27,7 @@ from slurm_ext.records import TERMINAL, fold, persisted_fields
 from slurm_ext.service_config import ServiceConfig, SlurmSection
 from slurm_ext.service_steps import (
     job_view,
+    order_inversions,
     plan_placements,
     preemption_victims,
     same_decision,
@@ -56,6 +57,10 @@ __all__ = [
 ]
 
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+# `_warn_inversions`: warn when more than this share of at least this many compared
+# pairs of adjacent pending jobs stand the other way round in Slurm's priority
+ORDER_WARN_SHARE = 0.05
+ORDER_CHECK_MIN_PAIRS = 20
 
 
 @dataclass
@@ -69,6 +74,7 @@ class PassResult:
     decisions: list[Decision] = field(default_factory=list)
     planned: dict[int, int] = field(default_factory=dict)  # job -> value to write
     placements: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    inversions: tuple[int, int] = (0, 0)  # `order_inversions`: (inverted, compared)
 
 
 # ---- the shell ----------------------------------------------------------------------
@@ -105,6 +111,7 @@ class Service:
         self._decisions: dict[int, DecisionRecord] | None = None
         self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
         self._wal_warned_at = -1e9
+        self._order_warned_at = -1e9
         self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
         self._order: list[int] | None = None  # the decision order the store holds
         self._ranker = RankCache()  # `policy.rank`, pass after pass
@@ -150,6 +157,8 @@ class Service:
                 res.decisions = decisions
             self.writes.forget(by_id.keys())  # jobs that left the queue
             values, placed = self._act(res, decisions, by_id, nodes, stored)
+            if not self.config.composes:  # composed, Slurm's priority is the order
+                res.inversions = order_inversions(decisions, by_id, res.planned)
             self._remember(decisions, by_id, stored, values, placed, now)
             self._save_nodes(nodes)
         self._finish(res, t0)
@@ -325,6 +334,7 @@ class Service:
             res.started_at, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
         self._checkpoint()
+        self._warn_inversions(res)
         if self.metrics is not None:
             self.metrics.observe_pass(res, res.decisions)
         log.info(
@@ -336,6 +346,23 @@ class Service:
             len(res.requeued),
             res.duration_s,
         )
+
+    def _warn_inversions(self, res: PassResult) -> None:
+        """Say (hourly) when Slurm's own priority factors reorder the service's order:
+        in site-factor mode the written values' spacing is then below the weights of
+        age, fair-share or QOS, and the band must be wider."""
+        inverted, compared = res.inversions
+        if compared < ORDER_CHECK_MIN_PAIRS or inverted <= ORDER_WARN_SHARE * compared:
+            return
+        if time.monotonic() - self._order_warned_at > 3600:
+            self._order_warned_at = time.monotonic()
+            log.warning(
+                "Slurm orders %d of %d adjacent pending jobs against the service's order: "
+                "its other priority factors outweigh the spacing of the written values; "
+                "raise value_max (now %d) or lower slurm.conf's PriorityWeight* "
+                "(docs/admin-guide.md, the site factor and fair-share)",
+                inverted, compared, self.config.value_max,
+            )  # fmt: skip
 
     def _save_nodes(self, nodes: Sequence[Node]) -> None:
         """Keep the nodes' GPU states for the user view; written only when they change."""

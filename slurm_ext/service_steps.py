@@ -227,3 +227,21 @@ def plan_placements(
             free[name] = replace(n, gpus_alloc=n.gpus_alloc + take)
             need -= take
     return out
+
+
+def order_inversions(
+    decisions: Sequence[Decision], by_id: dict[int, Job], written: Collection[int]
+) -> tuple[int, int]:
+    """(inverted, compared): adjacent pending jobs of the service's order that Slurm's
+    priority puts the other way round. Only jobs whose value this pass did not change are
+    compared (Slurm's priority, read at the pass's start, already holds their value), and
+    only those whose priority Slurm reported (> 0). A share well above 0 says Slurm's own
+    factors (age, fair-share, QOS) outweigh the spacing of the written values: in
+    site-factor mode the band [value_min, value_max] is too narrow for the weights."""
+    prios = [
+        by_id[d.job_id].priority
+        for d in decisions
+        if (j := by_id[d.job_id]).pending and j.priority > 0 and d.job_id not in written
+    ]
+    inverted = sum(1 for a, b in zip(prios, prios[1:]) if a < b)
+    return inverted, max(0, len(prios) - 1)

@@ -562,3 +562,58 @@ def test_a_waiting_jobs_view_is_reused_only_while_all_it_reads_is_equal():
     assert checked >= 10
     # and the service reuses an equal view across passes: same object
     assert job_view(job, rec, 500.0) == base_view  # a waiting job's view does not age
+
+
+def test_order_inversions_counts_adjacent_pending_jobs_slurm_orders_the_other_way():
+    from slurm_ext.model import Decision
+    from slurm_ext.service_steps import order_inversions
+
+    def job(job_id: int, prio: int, state=JobState.PENDING) -> Job:
+        return Job(job_id=job_id, state=state, gpus=1, submit_time=0.0, priority=prio)
+
+    jobs = {j.job_id: j for j in (
+        job(1, 500), job(2, 400), job(3, 450), job(4, 0), job(5, 300),
+        job(6, 900, JobState.RUNNING), job(7, 100),
+    )}  # fmt: skip
+    order = [Decision(job_id=j, rank=r) for r, j in enumerate([6, 1, 2, 3, 4, 5, 7])]
+    # compared: 1, 2, 3, 5, 7 (6 runs, 4's priority is unknown): 2 -> 3 is inverted
+    assert order_inversions(order, jobs, written=()) == (1, 4)
+    # a job written this pass is left out (Slurm's priority predates the write)
+    assert order_inversions(order, jobs, written={3}) == (0, 3)
+    assert order_inversions([], jobs, written=()) == (0, 0)
+
+
+def test_the_service_warns_when_slurm_reorders_its_queue(tmp_path, caplog):
+    """Slurm's own factors (here a priority that grows with submit time, as if QOS or
+    fair-share outweighed the written spacing) reorder the service's FIFO order: after
+    a pass that wrote nothing, every compared pair is inverted, the pass says so, the
+    log warns once and names value_max; a queue Slurm orders as the service does gives
+    no warning."""
+    from slurm_ext.policy import PolicyConfig
+    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.testing.replay import ReplayClient
+
+    def pending(job_id: int, prio: int) -> Job:
+        return Job(job_id=job_id, state=JobState.PENDING, gpus=1, submit_time=float(job_id),
+                   priority=prio)  # fmt: skip
+
+    # priorities above every written value (value_max 10^6), so none reads as lost
+    against = [pending(j, 10_000_000 + j) for j in range(1, 31)]
+    along = [pending(j, 10_000_000 - j) for j in range(1, 31)]
+    for jobs, warned in ((against, True), (along, False)):
+        caplog.clear()
+        path = tmp_path / f"{warned}.db"
+        cfg = ServiceConfig(store=str(path), port=0, history_source="store",
+                            policy=PolicyConfig(policy="fifo"))  # fmt: skip
+        svc = Service(cfg, ReplayClient(jobs, [Node("n1", gpus=4)]), Store(cfg.store))
+        first = svc.run_pass(100.0)
+        assert first.inversions == (0, 0)  # every value written this pass: nothing compared
+        second = svc.run_pass(130.0)
+        assert second.planned == {}
+        assert second.inversions == ((29, 29) if warned else (0, 29))
+        svc.run_pass(160.0)
+        text = caplog.text
+        assert text.count("adjacent pending jobs against the service's order") == int(warned)
+        if warned:
+            assert "raise value_max (now 1000000)" in text
+        svc.store.close()
