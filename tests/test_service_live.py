@@ -228,7 +228,10 @@ def test_restart_resumes_from_the_store_without_rewrites(clean_queue, tmp_path):
 def test_dry_run_writes_nothing_and_pins_holds_are_untouched(clean_queue, tmp_path):
     c = clean_queue
     config = write_config(tmp_path / "service.toml", c)
-    c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
+    blocker = c.sbatch("-N4", "--gres=gpu:4", "-J", "blocker")
+    # every GPU taken before the others arrive: were the blocker still pending (nodes
+    # still cleaning up after the last test), the 1-GPU jobs could start and leave sprio
+    wait_for(lambda: squeue(c).get(blocker, ("",))[0] == "RUNNING", what="blocker running")
     jobs = [c.sbatch("--gres=gpu:1", "-J", f"p{i}") for i in range(3)]
     held = c.sbatch("--gres=gpu:1", "--hold", "-J", "held")
     res = cli("serve", "--once", "--dry-run", "--config", str(config))
