@@ -125,6 +125,17 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.2, what: str 
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def hold_the_gpu(cluster: LocalCluster) -> int:
+    """Submit a job that takes the one-GPU cluster's GPU and wait until it runs, so the
+    jobs submitted after it stay pending (the live priority tests read them in sprio)."""
+    blocker = cluster.sbatch("--gres=gpu:1", "-J", "blocker", wrap="sleep 600")
+    wait_for(
+        lambda: cluster.run("squeue", "-h", "-j", str(blocker), "-o", "%T").strip() == "RUNNING",
+        what="the blocking job to run",
+    )
+    return blocker
+
+
 @pytest.fixture
 def cg() -> Iterator[SlurmLikeCgroups]:
     """A Slurm-like job cgroup tree with a freezer (v1 if mounted, else v2) for the agent's

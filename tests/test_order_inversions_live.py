@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from conftest import cluster_options, live_client, wait_for
+from conftest import cluster_options, hold_the_gpu, live_client, wait_for
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.service import Service, ServiceConfig
@@ -30,13 +30,7 @@ def test_slurm_reordering_the_queue_is_counted_and_named(
     with LocalCluster(
         nodes=1, gpus_per_node=1, root=tmp_path / "c", accounting=True, **opts
     ) as cluster:
-        blocker = cluster.sbatch("--gres=gpu:1", "-J", "blocker", wrap="sleep 600")
-        wait_for(
-            lambda: (
-                cluster.run("squeue", "-h", "-j", str(blocker), "-o", "%T").strip() == "RUNNING"
-            ),
-            what="the blocking job to run",
-        )
+        hold_the_gpu(cluster)
         # FIFO puts the first submitted first; each later job is 10 points less nice,
         # so Slurm puts it ahead unless the written values are more than 10 apart (nice stays
         # below the fair-share term, so no priority reaches Slurm's floor of 1)

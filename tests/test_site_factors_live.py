@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import cluster_options, live_client, wait_for
+from conftest import cluster_options, hold_the_gpu, live_client
 
 from slurm_ext.model import JobView
 from slurm_ext.policy import PolicyConfig, build_table
@@ -73,13 +73,7 @@ def test_slurm_sums_the_site_factor_the_simulator_models(tmp_path: Path, version
     with LocalCluster(
         nodes=1, gpus_per_node=1, root=tmp_path / "c", accounting=True, extra_conf=conf, **opts
     ) as cluster:
-        blocker = cluster.sbatch("--gres=gpu:1", "-J", "blocker", wrap="sleep 600")
-        wait_for(
-            lambda: (
-                cluster.run("squeue", "-h", "-j", str(blocker), "-o", "%T").strip() == "RUNNING"
-            ),
-            what="the blocking job to run",
-        )
+        hold_the_gpu(cluster)
         first = [cluster.sbatch("--gres=gpu:1", "-J", n, wrap="sleep 60") for n in KINDS]
         # the first three age by a third of PriorityMaxAge (~333 points): more than the
         # quick and mid kinds' site factors differ by, less than mid's and long's
