@@ -40,24 +40,46 @@ def starved(
     now: float,
     config: PolicyConfig,
 ) -> bool:
-    """`promoted` from the view's numbers (the simulator passes its own)."""
+    """The starvation limit alone: waited >= factor x its last stint (`starvation_lifts`)."""
     if running or config.starvation_factor <= 0 or last_run_s <= 0:
         return False
     since = waiting_since if waiting_since is not None else submit_time
     return now - since >= config.starvation_factor * last_run_s
 
 
-def promoted(
-    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None = None
+def starvation_lifts(
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    now: float,
+    running: bool,
+    last_run_s: float,
+    waiting_since: float | None,
+    submit_time: float,
+    gpus: int,
+    attained_gpu_s: float,
+    user: str = "",
+    job_name: str = "",
+    account: str = "",
+    time_limit_s: float | None = None,
 ) -> bool:
     """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0; with
     `starvation_scope` "backstop" only a job the wait guard cannot judge (`table`: the
-    history's, None: no index)."""
-    if not starved(job.running, job.last_run_s, job.waiting_since, job.submit_time, now, config):
+    history's, None: no index). From the job's numbers: the service passes its view's
+    (`promoted`), the simulator its own when a job starts."""
+    if not starved(running, last_run_s, waiting_since, submit_time, now, config):
         return False
     return not wait_judged(
-        config, table, job.gpus, job.attained_gpu_s,
-        job.user, job.job_name, job.account, job.time_limit_s,
+        config, table, gpus, attained_gpu_s, user, job_name, account, time_limit_s
+    )
+
+
+def promoted(
+    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None = None
+) -> bool:
+    """`starvation_lifts` for a job's view."""
+    return starvation_lifts(
+        config, table, now, job.running, job.last_run_s, job.waiting_since, job.submit_time,
+        job.gpus, job.attained_gpu_s, job.user, job.job_name, job.account, job.time_limit_s,
     )  # fmt: skip
 
 

@@ -38,10 +38,10 @@ from operator import itemgetter
 
 from slurm_ext.model import JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, choose_gpus, spread_slowdown
-from slurm_ext.policy.guards import wait_guarded, wait_judged
+from slurm_ext.policy.guards import wait_guarded
 from slurm_ext.policy.kinds import Choice, Completed
 from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.queues import starved
+from slurm_ext.policy.queues import starvation_lifts
 from slurm_ext.sim.backfill import NodeSteps
 from slurm_ext.sim.clearing import ABOVE_ALL, NodeClearing
 from slurm_ext.sim.cluster import ClusterState, sim_jobs
@@ -290,11 +290,10 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         # `wait_guard_keep`); the service reads the same from its last pass
         # (`starts_promoted`)
         cfg = self.cfg
-        promoted = starved(False, job.last_run, job.waiting_since, job.submit, now, cfg)
-        if promoted:  # the wait guard bounds a job it can judge (`starvation_scope`)
-            promoted = not wait_judged(
-                cfg, self.table, job.gpus, job.attained, job.user, job.name, job.account, job.limit
-            )
+        promoted = starvation_lifts(
+            cfg, self.table, now, False, job.last_run, job.waiting_since, job.submit,
+            job.gpus, job.attained, job.user, job.name, job.account, job.limit,
+        )  # fmt: skip
         if not promoted and cfg.wait_guard_keep > 0:
             promoted = wait_guarded(
                 cfg, self.table, now, job.gpus, job.attained, job.waiting_since,
