@@ -37,6 +37,23 @@ def own_table(
     return table
 
 
+def _own_index(
+    table: GittinsTable | None,
+    gpus: int,
+    attained_gpu_s: float,
+    user: str,
+    job_name: str,
+    account: str,
+    time_limit_s: float | None,
+) -> float:
+    """The job's Gittins index from its `own_table` (0: no history, or no GPUs), as the
+    guards scale its wait by it."""
+    if table is None or not table.samples or gpus <= 0:
+        return 0.0
+    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
+    return own.step(attained_gpu_s)[0]
+
+
 def guard_promotes(config: PolicyConfig) -> bool:
     """Whether the wait guard lifts jobs ahead of everyone (gittins, guard "promote")."""
     promote = config.wait_guard == "promote" and config.wait_guard_factor > 0
@@ -83,10 +100,9 @@ def wait_judged(
     sustained backlog (docs/benchmarks.md, session 6)."""
     if config.starvation_scope != "backstop" or config.policy != "gittins":
         return False
-    if config.wait_guard_factor <= 0 or table is None or not table.samples or gpus <= 0:
+    if config.wait_guard_factor <= 0:
         return False
-    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
-    return own.step(attained_gpu_s)[0] > 0
+    return _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s) > 0
 
 
 def wait_guarded(
@@ -103,10 +119,9 @@ def wait_guarded(
 ) -> bool:
     """Whether the wait guard ("promote") lifts a waiting job now: it has waited since
     `since` >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
-    if not guard_promotes(config) or table is None or not table.samples or gpus <= 0:
+    if not guard_promotes(config):
         return False
-    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
-    index = own.step(attained_gpu_s)[0]
+    index = _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s)
     return index > 0 and since + config.wait_guard_factor / (index * gpus) - now <= 0.0
 
 
