@@ -11,6 +11,7 @@ only the jobs whose value, placement or run state must change.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -110,8 +111,7 @@ class Service:
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
         self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
-        self._wal_warned_at = -1e9
-        self._order_warned_at = -1e9
+        self._warned_at: dict[str, float] = {}  # `_hourly`: when each warning was last logged
         self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
         self._order: list[int] | None = None  # the decision order the store holds
         self._ranker = RankCache()  # `policy.rank`, pass after pass
@@ -354,8 +354,7 @@ class Service:
         inverted, compared = res.inversions
         if compared < ORDER_CHECK_MIN_PAIRS or inverted <= ORDER_WARN_SHARE * compared:
             return
-        if time.monotonic() - self._order_warned_at > 3600:
-            self._order_warned_at = time.monotonic()
+        if self._hourly("order"):
             log.warning(
                 "Slurm orders %d of %d adjacent pending jobs against the service's order: "
                 "its other priority factors outweigh the spacing of the written values; "
@@ -375,14 +374,22 @@ class Service:
         """Truncate the store's WAL; say (hourly) when a reader's open snapshot stops it."""
         if self.store.checkpoint() or self.store.wal_bytes() <= WAL_LIMIT_BYTES:
             return
-        if time.monotonic() - self._wal_warned_at > 3600:
-            self._wal_warned_at = time.monotonic()
+        if self._hourly("wal"):
             log.warning(
                 "store WAL is %.1f MB: a reader holds an old snapshot of %s open; it is "
                 "truncated after the first pass once that reader lets go",
                 self.store.wal_bytes() / 1e6,
                 self.store.path,
             )
+
+    def _hourly(self, warning: str) -> bool:
+        """Whether `warning` is due: not logged in the last hour (a condition that lasts
+        would otherwise be logged every pass)."""
+        t = time.monotonic()
+        if t - self._warned_at.get(warning, -math.inf) <= 3600:
+            return False
+        self._warned_at[warning] = t
+        return True
 
     def _import_history(self, now: float) -> None:
         """Refresh completions from Slurm's accounting (sacct or pyslurm.db, through the
