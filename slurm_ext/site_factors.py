@@ -18,14 +18,14 @@ order is Slurm's own even where slurm.conf and the model's weights differ.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 
 from slurm_ext.model import Decision, Job
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.compose import live_key, site_factor
 from slurm_ext.policy.guards import GUARDED
+from slurm_ext.policy.ranking import Key
 from slurm_ext.store_records import DecisionRecord, copy_with
-
-Key = tuple
 
 
 def slurm_base(job: Job, stored: DecisionRecord | None) -> int:
@@ -66,7 +66,7 @@ def compose(
         sites[j] = site
         slurm = slurm_base(by_id[j], stored.get(j)) + site
         rows.append((live_key(key, slurm), d, score == GUARDED))
-    rows.sort(key=_first)
+    rows.sort(key=itemgetter(0))  # the rows' decisions do not compare
     w = config.fairshare_site_weight
     out = []
     for i, (_, d, guarded) in enumerate(rows):
@@ -74,10 +74,6 @@ def compose(
         reason = f"{d.reason}; SiteFactor {sites[d.job_id]} of {w:g} ({share}) on Slurm's priority"
         out.append(copy_with(d, rank=i, reason=reason))
     return out, sites
-
-
-def _first(row: tuple) -> Key:
-    return row[0]
 
 
 SITE_FACTOR_MAX = 2_000_000_000  # as value_max in site_factor mode (scontrol takes < 2^31)
