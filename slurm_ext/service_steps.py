@@ -51,16 +51,19 @@ def with_kinds(
     jobs: Sequence[Job],
     records: dict[int, JobRecord],
 ) -> list[tuple]:
-    """Completions with each job's kind (user, name, account, time limit) from the
-    snapshot, or from its record when it is gone from Slurm (no account or limit then)."""
+    """Completions with each job's kind (user, name, account, time limit) and GPU count
+    from the snapshot, or from its record when it is gone from Slurm (no account or limit
+    then). The GPU count is stored because GPU-s / run s gives none for a 0 s run."""
     by_id = {j.job_id: j for j in jobs}
     out: list[tuple] = []
     for c in completions:
         job = by_id.get(c[0])
+        rec = records.get(c[0])
+        gpus = (job.gpus if job is not None else 0) or (rec.gpus if rec is not None else 0)
         if job is not None:
-            out.append((*c, job.user, job.name, job.account, job.time_limit_s))
-        elif (rec := records.get(c[0])) is not None:
-            out.append((*c, rec.user, rec.name, "", None))
+            out.append((*c, job.user, job.name, job.account, job.time_limit_s, gpus or None))
+        elif rec is not None:
+            out.append((*c, rec.user, rec.name, "", None, gpus or None))
         else:
             out.append(tuple(c))
     return out

@@ -160,7 +160,7 @@ class Store:
             )
             self.db.executemany(
                 "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
-                " account, time_limit_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " account, time_limit_s, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [_with_kind(c) for c in completions],
             )
 
@@ -173,25 +173,22 @@ class Store:
 
     def history(self, window: int) -> list[tuple[int | None, float]]:
         """(GPUs, GPU-seconds) of the most recent `window` completed jobs, for per-GPU-class
-        Gittins tables. Both writers store gpu_s = GPUs x run_s (the service sums its
-        stints, sacct multiplies), so the GPU count is their ratio; None where run_s is 0."""
+        Gittins tables."""
         rows = self.db.execute(
-            "SELECT gpu_s, run_s FROM completions ORDER BY end_time DESC LIMIT ?", (int(window),)
+            "SELECT gpus, gpu_s, run_s FROM completions ORDER BY end_time DESC LIMIT ?",
+            (int(window),),
         ).fetchall()
-        return [(round(g / r) if r > 0 else None, g) for g, r in rows]
+        return [(_gpus(n, g, r), g) for n, g, r in rows]
 
     def history_kinds(self, window: int) -> list[Completed]:
         """`history` with each job's kind (user, name, account, time limit), oldest first
         as the policy's window expects, for the conditioned Gittins tables."""
         rows = self.db.execute(
-            "SELECT gpu_s, run_s, user, name, account, time_limit_s FROM completions"
+            "SELECT gpus, gpu_s, run_s, user, name, account, time_limit_s FROM completions"
             " ORDER BY end_time DESC LIMIT ?",
             (int(window),),
         ).fetchall()
-        return [
-            Completed(round(g / r) if r > 0 else None, g, u, n, a, t)
-            for g, r, u, n, a, t in reversed(rows)
-        ]
+        return [Completed(_gpus(k, g, r), g, u, n, a, t) for k, g, r, u, n, a, t in reversed(rows)]
 
     def add_completions(self, rows: Iterable[tuple], source: str) -> int:
         """Completion rows (see COMPLETION_KIND_DEFAULTS) from `source` ("sacct"); rows of
@@ -199,7 +196,7 @@ class Store:
         with self.db:
             cur = self.db.executemany(
                 "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
-                " account, time_limit_s, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " account, time_limit_s, gpus, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(*_with_kind(r), source) for r in rows],
             )
         return cur.rowcount
@@ -345,10 +342,20 @@ class Store:
 
 
 def _with_kind(row: Sequence) -> tuple:
-    """A completion row padded to its eight columns (the kind unknown where absent)."""
-    if len(row) not in (4, 8):
-        raise ValueError(f"completion row needs 4 or 8 fields, got {len(row)}")
-    return tuple(row) if len(row) == 8 else (*row, *COMPLETION_KIND_DEFAULTS)
+    """A completion row padded to its nine columns (the kind and GPUs unknown where absent)."""
+    if len(row) not in (4, 8, 9):
+        raise ValueError(f"completion row needs 4, 8 or 9 fields, got {len(row)}")
+    if len(row) == 4:
+        row = (*row, *COMPLETION_KIND_DEFAULTS)
+    return tuple(row) if len(row) == 9 else (*row, None)
+
+
+def _gpus(gpus: int | None, gpu_s: float, run_s: float) -> int | None:
+    """A completion's GPU count: the stored one, else (rows written before it was stored)
+    GPU-s / run s, as both writers store gpu_s = GPUs x run_s; None for a 0 s run then."""
+    if gpus is not None:
+        return gpus
+    return round(gpu_s / run_s) if run_s > 0 else None
 
 
 def _pack_ids(job_ids: Sequence[int]) -> bytes:

@@ -109,8 +109,13 @@ MIGRATIONS: list[str] = [
         job_ids BLOB NOT NULL                   -- int64 little-endian job ids, best first
     );
     """,
+    # 7: a completion's GPU count, which GPU-s / run s cannot give for a run Slurm timed
+    # at 0 s (NULL on older rows: the ratio stands in, as before)
+    """
+    ALTER TABLE completions ADD COLUMN gpus INTEGER;
+    """,
 ]
 # a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
-# (user, name, account, time_limit_s)
+# (user, name, account, time_limit_s) and then the GPU count
 COMPLETION_KIND_DEFAULTS = ("", "", "", None)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -60,8 +60,9 @@ def test_history_rows_keep_the_end_sacct_gives(release):
     jobs, _ = parse_sacct(text)
     rows = {r[0]: r for r in completion_rows(jobs)}
     for job in jobs:
-        job_id, gpu_s, run_s, end, user, name, account, limit = rows[job.job_id]
+        job_id, gpu_s, run_s, end, user, name, account, limit, gpus = rows[job.job_id]
         assert (gpu_s, run_s, end) == (job.gpus * job.run_s, job.run_s, job.end_time)
+        assert gpus == (job.gpus or None)
         assert (user, name, account, limit) == (job.user, job.name, job.account, job.time_limit_s)
 
 

@@ -53,12 +53,45 @@ def test_completions_take_their_kind_from_the_snapshot_or_the_record():
                  account="ml", time_limit_s=3600.0)]  # fmt: skip
     recs2, completions = fold_jobs(recs, done, now=500.0)
     assert with_kinds(completions, done, recs2) == [
-        (1, 300.0, 300.0, 400.0, "alice", "train", "ml", 3600.0)
+        (1, 300.0, 300.0, 400.0, "alice", "train", "ml", 3600.0, 1)
     ]
     # gone from Slurm: the record keeps user and name, not account or limit
     recs, _ = fold_jobs(recs, jobs, now=300.0)
     recs3, gone = fold_jobs(recs, [], now=500.0)
-    assert with_kinds(gone, [], recs3) == [(1, 200.0, 200.0, 300.0, "alice", "train", "", None)]
+    assert with_kinds(gone, [], recs3) == [(1, 200.0, 200.0, 300.0, "alice", "train", "", None, 1)]
+
+
+def test_a_zero_second_run_keeps_its_gpus_in_the_history(tmp_path):
+    # Slurm timed the run at 0 s (start and end in the same second): GPU-s / run s gives
+    # no GPU count, so the completion stores it; the simulator's history has it too
+    pending = [_job(3, "PENDING", gpus=4, user="alice", name="probe")]
+    recs, _ = fold_jobs({}, pending, now=100.0)
+    done = [_job(3, "COMPLETED", gpus=4, start_time=200.0, end_time=200.0, user="alice",
+                 name="probe")]  # fmt: skip
+    recs, completions = fold_jobs(recs, done, now=210.0)
+    assert [c[1:3] for c in completions] == [(0.0, 0.0)]
+    store = Store(tmp_path / "s.db")
+    store.save_jobs(recs.values(), with_kinds(completions, done, recs))
+    assert store.history_kinds(10) == [Completed(4, 0.0, "alice", "probe", "", None)]
+    assert store.history(10) == [(4, 0.0)]
+    store.close()
+
+
+def test_a_version_6_store_reads_old_completions_by_their_ratio(tmp_path):
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(";".join(MIGRATIONS[:6]) + ";PRAGMA user_version=6;")
+    db.execute(
+        "INSERT INTO completions (job_id, gpu_s, run_s, end_time, source) VALUES"
+        " (1, 80.0, 20.0, 1000.0, 'service'), (2, 0.0, 0.0, 1001.0, 'service')"
+    )
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION
+    store.add_completions([(3, 0.0, 0.0, 1002.0, "bob", "x", "", None, 8)], "sacct")
+    assert store.history(10) == [(8, 0.0), (None, 0.0), (4, 80.0)]
+    store.close()
 
 
 def test_service_ranks_by_kind_tables_from_its_store_as_the_simulator(tmp_path):
@@ -125,9 +158,9 @@ def test_sacct_history_keeps_the_kind(tmp_path):
     fake.chmod(0o755)
     client = CliSlurmClient(bin_dir=str(tmp_path))
     rows = {r[0]: r for r in completion_rows(client.completed_jobs(0.0))}
-    assert rows[201][4:] == ("alice", "train", "ml", 86400.0)
-    assert rows[202][4:] == ("bob", "eval", "phys", None)
-    assert rows[203][4:] == ("bob", "eval", "phys", 1800.0)
+    assert rows[201][4:] == ("alice", "train", "ml", 86400.0, 2)
+    assert rows[202][4:] == ("bob", "eval", "phys", None, 1)
+    assert rows[203][4:] == ("bob", "eval", "phys", 1800.0, 1)
     store = Store(tmp_path / "s.db")
     assert store.add_completions(rows.values(), "sacct") == 3
     assert store.history_kinds(10)[-1].user in ("alice", "bob")

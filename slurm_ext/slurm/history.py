@@ -15,11 +15,11 @@ from slurm_ext.model import CompletedJob
 
 def completion_rows(
     jobs: Iterable[CompletedJob],
-) -> list[tuple[int, float, float, float, str, str, str, float | None]]:
-    """(job_id, GPU-s, run s, end time, user, job name, account, time limit) per job: the
-    kind is what the conditioned Gittins index groups by (policy/kinds.py)."""
+) -> list[tuple[int, float, float, float, str, str, str, float | None, int | None]]:
+    """(job_id, GPU-s, run s, end time, user, job name, account, time limit, GPUs) per job:
+    the kind is what the conditioned Gittins index groups by (policy/kinds.py)."""
     return [
         (j.job_id, j.gpus * j.run_s, j.run_s, j.end_time, j.user, j.name, j.account,
-         j.time_limit_s)
+         j.time_limit_s, j.gpus or None)
         for j in jobs
     ]  # fmt: skip
