@@ -18,7 +18,6 @@ from pathlib import Path
 from nodeagent.accounts import JobAccount, JobGpuUse, account_gpu, job_gpu_use
 from nodeagent.cgroups import (
     CgroupMounts,
-    JobFreezer,
     JobProcesses,
     JobScanner,
     job_cpus_alloc,
@@ -29,6 +28,7 @@ from nodeagent.cgroups import (
 from nodeagent.colocation import ColocationController
 from nodeagent.config import AgentConfig
 from nodeagent.energy import GpuEnergyMeter, RaplReader, cpu_job_energy, gpu_job_weights, split
+from nodeagent.freezer import JobFreezer
 from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
 from nodeagent.jobinfo import JobInfo, SlurmJobInfo, vouched
 from nodeagent.procinfo import GpuProcessInfo, HostView, ProcessDescriber

@@ -1,4 +1,4 @@
-"""Which Slurm job a process belongs to, per-job CPU use, and pausing a job.
+"""Which Slurm job a process belongs to, and per-job CPU use (pausing a job: freezer.py).
 
 Mapping trusts the cgroup first: slurmstepd places every task in
 `.../slurm/uid_U/job_J/step_S/...` (cgroup v1) or `.../job_J/step_S/...` (v2), and a user
@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -370,106 +369,3 @@ def job_cpus_alloc(placement: CgroupPlacement | None, mounts: CgroupMounts) -> i
             except ValueError:
                 continue
     return None
-
-
-@dataclass
-class PauseRecord:
-    """How a job was paused, enough to undo it after an agent restart."""
-
-    job_id: int
-    method: str  # "cgroup-v2", "cgroup-v1" or "sigstop"
-    targets: list[str]  # freeze files, or "pid:start_ticks" for SIGSTOP
-
-    def to_dict(self) -> dict:
-        return {"job_id": self.job_id, "method": self.method, "targets": list(self.targets)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> PauseRecord:
-        method = str(d["method"])
-        if method not in ("cgroup-v2", "cgroup-v1", "sigstop"):
-            raise ValueError(f"unknown pause method {method!r}")
-        return cls(int(d["job_id"]), method, [str(t) for t in d["targets"]])
-
-
-class JobFreezer:
-    """Pause and resume a whole job: cgroup v2 `cgroup.freeze`, else the v1 freezer,
-    else SIGSTOP/SIGCONT of the job's processes.
-
-    On v2 the `user` subtree of each step is frozen where Slurm made one, so slurmstepd
-    (in `step_S/slurm`) keeps answering slurmd; otherwise the job directory is frozen.
-    """
-
-    def __init__(self, mounts: CgroupMounts, proc_root: str = "/proc") -> None:
-        self.mounts = mounts
-        self.proc_root = proc_root
-
-    def pause(
-        self, job: JobProcesses, before: Callable[[PauseRecord], None] | None = None
-    ) -> PauseRecord:
-        """Freeze the job by the first method that works. `before(record)` is called
-        with what is about to be frozen before anything is (the agent saves it, so a
-        crash right after the freeze still leaves a record to thaw from)."""
-        record = before or (lambda rec: None)
-        p = job.placement
-        if p is not None and p.v2 and self.mounts.v2 and job_dir(p.v2):
-            base = Path(self.mounts.v2 + job_dir(p.v2))
-            if (base / "cgroup.freeze").exists():
-                users = sorted(base.glob("step_*/user/cgroup.freeze"))
-                targets = [str(t) for t in users] or [str(base / "cgroup.freeze")]
-                rec = PauseRecord(job.job_id, "cgroup-v2", targets)
-                record(rec)
-                if all(_write(t, "1") for t in targets):
-                    return rec
-        if p is not None and "freezer" in p.v1 and "freezer" in self.mounts.v1:
-            d = job_dir(p.v1["freezer"])
-            target = f"{self.mounts.v1['freezer']}{d}/freezer.state" if d else ""
-            if d:
-                rec = PauseRecord(job.job_id, "cgroup-v1", [target])
-                record(rec)
-                if _write(target, "FROZEN"):
-                    return rec
-        planned = []
-        for pid in job.pids:
-            st = read_proc_stat(pid, self.proc_root)
-            if st is not None:
-                planned.append((pid, f"{pid}:{st.start_ticks}"))
-        record(PauseRecord(job.job_id, "sigstop", [t for _, t in planned]))
-        targets = []
-        for pid, target in planned:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except OSError as exc:
-                log.warning("SIGSTOP job %s pid %s failed: %s", job.job_id, pid, exc)
-                continue
-            targets.append(target)
-        return PauseRecord(job.job_id, "sigstop", targets)
-
-    def resume(self, rec: PauseRecord) -> bool:
-        """Undo a pause; True when every target was resumed (or is gone)."""
-        ok = True
-        for t in rec.targets:
-            if rec.method == "cgroup-v2":
-                ok &= _write(t, "0") or not os.path.exists(t)
-            elif rec.method == "cgroup-v1":
-                ok &= _write(t, "THAWED") or not os.path.exists(t)
-            else:
-                pid_s, _, start_s = t.partition(":")
-                st = read_proc_stat(int(pid_s), self.proc_root)
-                if st is None or str(st.start_ticks) != start_s:
-                    continue  # exited, or the PID now belongs to someone else
-                try:
-                    os.kill(int(pid_s), signal.SIGCONT)
-                except OSError as exc:
-                    log.warning("SIGCONT job %s pid %s failed: %s", rec.job_id, pid_s, exc)
-                    ok = False
-        return ok
-
-
-def _write(path: str, value: str) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write(value)
-        return True
-    except OSError as exc:
-        log.debug("cannot write %r to %s: %s", value, path, exc)
-        return False

@@ -12,8 +12,9 @@ import logging
 from collections.abc import Callable
 
 from nodeagent.accounts import JobGpuUse
-from nodeagent.cgroups import JobFreezer, JobProcesses, PauseRecord
+from nodeagent.cgroups import JobProcesses
 from nodeagent.config import ColocationConfig
+from nodeagent.freezer import JobFreezer, PauseRecord
 from nodeagent.jobinfo import SlurmJobInfo
 from nodeagent.progress import ProgressReader
 from slurm_ext.policy import colocation as co

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.accounts import JobAccount
-from nodeagent.cgroups import PauseRecord
+from nodeagent.freezer import PauseRecord
 from slurm_ext.policy import colocation as co
 
 log = logging.getLogger(__name__)

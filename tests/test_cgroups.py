@@ -11,7 +11,6 @@ import time
 import pytest
 
 from nodeagent.cgroups import (
-    JobFreezer,
     cpuset_size,
     job_dir,
     job_slurm_env,
@@ -20,6 +19,7 @@ from nodeagent.cgroups import (
     read_mounts,
     scan_jobs,
 )
+from nodeagent.freezer import JobFreezer
 from nodeagent.testing import BUSY, SlurmLikeCgroups, cpu_used_during, runs
 
 V1_SLURM = """12:freezer:/slurm/uid_1000/job_4242/step_batch/task_0
