@@ -71,3 +71,12 @@ def held_back(
         return set()
     due = [(d, j.job_id, j.gpus) for j in jobs if (d := view_deadline(j, config, table)) <= now]
     return {d[1] for d in due} - budget_lifts(due, total_gpus, config.wait_guard_budget)
+
+
+def describe_held(config: PolicyConfig) -> str:
+    """`explain`'s line for a job the budget holds back."""
+    return (
+        f"wait guard due (waited >= {config.wait_guard_factor:g} x its predicted run) but"
+        " held back by its budget: jobs it became due for earlier hold the"
+        f" {config.wait_guard_budget:g} share of the GPUs; ranked by its index until they start"
+    )

@@ -17,7 +17,7 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
-from slurm_ext.policy.guard_budget import held_back
+from slurm_ext.policy.guard_budget import describe_held, held_back
 from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
 from slurm_ext.policy.queues import (
     promoted,
@@ -344,12 +344,7 @@ def explain(
                     " ahead of unguarded jobs"
                 )
             elif held:
-                parts.append(
-                    f"wait guard due (waited >= {config.wait_guard_factor:g} x its predicted"
-                    " run) but held back by its budget: jobs it became due for earlier hold"
-                    f" the {config.wait_guard_budget:g} share of the GPUs; ranked by its index"
-                    " until they start"
-                )
+                parts.append(describe_held(config))
             elif config.fairshare_site_weight > 0:
                 parts.append(describe(key[2], config))
         if promoted(job, now, config, table):
