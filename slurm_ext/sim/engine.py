@@ -104,7 +104,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         # the ids it lifts, and whether the due set changed since they were chosen
         self.budget = budgeted(self.cfg)
         self.due: dict[SimJob, Due] = {}
-        self.lifts: set[int] = set()
+        self.guard_lifts: set[int] = set()
         self.guard_dirty = False
         if policy.policy == "gittins" and self.history:
             self.table = build_table(list(self.history), self.cfg)
@@ -309,7 +309,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                 job.user, job.name, job.account, job.limit,
             )  # fmt: skip
             if self.budget:  # only a job the budget lifted (the service: `guarded`)
-                promoted = promoted and job.id in self.lifts
+                promoted = promoted and job.id in self.guard_lifts
         if self.budget and self.due.pop(job, None) is not None:
             self.guard_dirty = True
         job.begin_stint(now, promoted)

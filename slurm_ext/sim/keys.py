@@ -138,7 +138,7 @@ class KeyedQueues:
             if due.get(job) != entry:
                 due[job] = entry
                 self.guard_dirty = True
-            return job.id not in self.lifts
+            return job.id not in self.guard_lifts
         if due.pop(job, None) is not None:
             self.guard_dirty = True
         return False
@@ -148,8 +148,8 @@ class KeyedQueues:
         the due set, not per event) and re-key those whose lift changed."""
         self.guard_dirty = False
         lifts = budget_lifts(self.due.values(), self.total_gpus, self.cfg.wait_guard_budget)
-        changed = sorted(lifts ^ self.lifts)
-        self.lifts = lifts
+        changed = sorted(lifts ^ self.guard_lifts)
+        self.guard_lifts = lifts
         for job_id in changed:
             job = self.by_id[job_id]
             if not job.running and job.finish is None:
