@@ -13,14 +13,17 @@ from dataclasses import replace
 import pytest
 
 from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import JobView
+from slurm_ext.model import Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.policy.guard_budget import budget_lifts, held_back, view_deadline
 from slurm_ext.policy.guards import GUARDED, starts_promoted
 from slurm_ext.policy.tables import build_table
 from slurm_ext.rank_cache import RankCache
+from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.store import Store
+from slurm_ext.testing.replay import ReplayClient
 
 # completed GPU-seconds 1,000 .. 40,000: expected whole-job GPU-time 20,500 s
 HISTORY = [1000.0 * (i + 1) for i in range(40)]
@@ -41,12 +44,13 @@ def _cfg(budget: float) -> PolicyConfig:
 
 def _views() -> list[JobView]:
     # due at submit + about 20,000 GPU-s / GPUs: A about 2,500, B 2,600, the 1-GPU job
-    # 20,000; the fresh job not before 49,000
+    # 20,000; the fresh job not before 49,000 (submit 0 would read as unknown to the
+    # service, which then counts from when it first saw the job)
     return [
         JobView(job_id=WIDE_B, gpus=8, submit_time=100.0),
-        JobView(job_id=NARROW, gpus=1, submit_time=0.0),
+        JobView(job_id=NARROW, gpus=1, submit_time=10.0),
         JobView(job_id=FRESH, gpus=1, submit_time=29_000.0),
-        JobView(job_id=WIDE_A, gpus=8, submit_time=0.0),
+        JobView(job_id=WIDE_A, gpus=8, submit_time=10.0),
     ]
 
 
@@ -70,7 +74,7 @@ def test_held_back_only_with_a_budget_and_only_due_jobs():
     views = _views()
     predicted_gpu_s = 1.0 / table.step(0.0)[0]  # the whole-job index's expected GPU-time
     assert 19_000 < predicted_gpu_s < 21_000
-    assert view_deadline(views[3], _cfg(0.25), table) == pytest.approx(predicted_gpu_s / 8)
+    assert view_deadline(views[3], _cfg(0.25), table) == pytest.approx(10 + predicted_gpu_s / 8)
     assert view_deadline(replace(views[3], running=True), _cfg(0.25), table) == math.inf
     assert held_back(views, NOW, _cfg(0.0), table, 32) == set()  # no budget: all lifted
     assert held_back(views, NOW, _cfg(0.25), table, 32) == {WIDE_B, NARROW}
@@ -170,3 +174,28 @@ def test_a_budget_outside_0_1_is_refused(bad):
         PolicyConfig(wait_guard_budget=bad)
     with pytest.raises(ConfigError, match="wait_guard_budget"):
         from_dict(PolicyConfig, {"wait_guard_budget": bad}, None)
+
+
+@pytest.mark.parametrize(("node_gpus", "lifted"), [(8, {WIDE_A, WIDE_B}), (4, {WIDE_A})])
+def test_a_service_pass_lifts_within_its_nodes_gpus(tmp_path, node_gpus, lifted):
+    """The service's pass (real SQLite store, a replayed Slurm snapshot): the budget is
+    a share of the GPUs of the nodes the pass reads (4 nodes of 8: 16 of 32 fit both
+    wide jobs; of 4: 8 of 16 only the first), and the lifted jobs' stints go to the next
+    fold as the guard's."""
+    cfg = ServiceConfig(
+        store=str(tmp_path / "s.db"), port=0, history_source="store", policy=_cfg(0.5)
+    )
+    store = Store(cfg.store)
+    store.save_jobs([], [(9000 + i, g, g, 1000.0 + i) for i, g in enumerate(HISTORY)])
+    jobs = [
+        Job(job_id=v.job_id, state=JobState.PENDING, gpus=v.gpus, submit_time=v.submit_time)
+        for v in _views()
+    ]
+    nodes = [Node(f"n{i}", state="IDLE", gpus=node_gpus) for i in range(4)]
+    svc = Service(cfg, ReplayClient(jobs, nodes), store)
+    res = svc.run_pass(NOW)
+    assert {d.job_id for d in res.decisions if d.guarded} == lifted
+    held = {d.job_id for d in res.decisions if "held back by its budget" in d.reason}
+    assert held == {WIDE_A, WIDE_B, NARROW} - lifted
+    assert svc._promoted == lifted
+    store.close()
