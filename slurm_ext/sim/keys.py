@@ -24,6 +24,7 @@ from slurm_ext.policy.ranking import key_and_change
 from slurm_ext.sim.clearing import ABOVE_ALL
 
 if TYPE_CHECKING:
+    from slurm_ext.policy.gittins import GittinsTable
     from slurm_ext.sim.engine import Simulator
     from slurm_ext.sim.simjob import SimJob
 
@@ -124,7 +125,9 @@ class KeyedQueues:
             seq = self.seq = self.seq + 1
             heappush(self.events, (at, WAKE, seq, job.key_ver, job))
 
-    def _held(self: Simulator, job: SimJob, table, now: float, attained: float) -> bool:
+    def _held(
+        self: Simulator, job: SimJob, table: GittinsTable | None, now: float, attained: float
+    ) -> bool:
         """Whether the wait guard's budget holds this waiting job back (policy/
         guard_budget.py): files it among the jobs the guard is due for, or takes it out;
         a change there marks the budget for `_apply_budget` before the next choice."""
