@@ -63,26 +63,16 @@ class RankCache:
         """`policy.rank(views, now, config, history, total_gpus=total_gpus)`."""
         table, same = self._table_for(views, config, history)
         old = self._kept if same and _keys_keep(config) else {}
-        budget = budgeted(config)
-        reused: dict[int, _Kept | None] = {}
-        deadlines: dict[int, float] = {}
-        for v in views:
-            k = old.get(v.job_id)
-            if k is None or k.view is not v or now >= k.until:
-                k = None
-            reused[v.job_id] = k
-            if budget:  # a kept job's deadline holds with its view and table
-                deadlines[v.job_id] = k.deadline if k else view_deadline(v, config, table)
         held: set[int] = set()
-        if budget:  # `guard_budget.held_back`, from the kept deadlines
-            due = [(d, v.job_id, v.gpus) for v in views if (d := deadlines[v.job_id]) <= now]
-            held = {d[1] for d in due} - budget_lifts(due, total_gpus, config.wait_guard_budget)
+        deadlines: dict[int, float] = {}
+        if budgeted(config):
+            held, deadlines = _held_back(views, old, now, config, table, total_gpus)
         by_id: dict[int, tuple[Key, JobView]] = {}
         kept: dict[int, _Kept] = {}
         for v in views:
-            k = reused[v.job_id]
+            k = old.get(v.job_id)
             h = v.job_id in held
-            if k is None or k.held != h:
+            if k is None or k.view is not v or now >= k.until or k.held != h:
                 key, after = _key_and_change(v, now, config, table, None, h)
                 d = deadlines.get(v.job_id, math.inf)
                 k = _Kept(v, key, now + after - MARGIN_S, None, h, d)
@@ -128,6 +118,28 @@ class RankCache:
         same = table is None and self._table is None and config == self._config
         self._history, self._config, self._table = history, config, table
         return table, same
+
+
+def _held_back(
+    views: Sequence[JobView],
+    old: dict[int, _Kept],
+    now: float,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    total_gpus: int,
+) -> tuple[set[int], dict[int, float]]:
+    """`guard_budget.held_back` from the kept deadlines (a kept key's deadline holds with
+    its view and table), and every job's deadline."""
+    deadlines: dict[int, float] = {}
+    for v in views:
+        k = old.get(v.job_id)
+        if k is None or k.view is not v or now >= k.until:
+            deadlines[v.job_id] = view_deadline(v, config, table)
+        else:
+            deadlines[v.job_id] = k.deadline
+    due = [(d, v.job_id, v.gpus) for v in views if (d := deadlines[v.job_id]) <= now]
+    held = {d[1] for d in due} - budget_lifts(due, total_gpus, config.wait_guard_budget)
+    return held, deadlines
 
 
 def _keys_keep(config: PolicyConfig) -> bool:
