@@ -39,10 +39,7 @@ def test_a_live_pass_lifts_due_jobs_within_the_share(
     cluster = clean_queue
     blockers = [cluster.sbatch("--gres=gpu:4", "-N1", wrap="sleep 600") for _ in range(4)]
     wait_for(
-        lambda: (
-            cluster.run("squeue", "-h", "-t", "R", "-o", "%i").split()
-            and len(cluster.run("squeue", "-h", "-t", "R", "-o", "%i").split()) == len(blockers)
-        ),
+        lambda: len(cluster.run("squeue", "-h", "-t", "R", "-o", "%i").split()) == len(blockers),
         what="the four blocking jobs to run",
     )
     # submitted in this order: due in this order (ties in the same second: by job id)
