@@ -15,7 +15,7 @@ import pytest
 from slurm_ext.config import ConfigError, from_dict
 from slurm_ext.model import Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.guard_budget import budget_lifts, held_back, view_deadline
+from slurm_ext.policy.guard_budget import budget_lifts, held_back, owner, view_deadline
 from slurm_ext.policy.guards import GUARDED, starts_promoted
 from slurm_ext.policy.tables import build_table
 from slurm_ext.rank_cache import RankCache
@@ -55,18 +55,29 @@ def _views() -> list[JobView]:
 
 
 def test_budget_lifts_in_deadline_order_the_first_always():
-    due = [(5.0, 1, 8), (3.0, 2, 8), (4.0, 3, 1)]
+    due = [(5.0, 1, 8, ""), (3.0, 2, 8, ""), (4.0, 3, 1, "")]
     assert budget_lifts(due, 16, 0.5) == {2}  # 8 of 8: the 1-GPU job would not fit
     assert budget_lifts(due, 32, 0.5) == {2, 3}  # 9 of 16; then 17 > 16 stops the lift
     assert budget_lifts(due, 64, 0.5) == {1, 2, 3}
     # the first due job is lifted however wide (no starvation), even with no GPUs known
-    assert budget_lifts([(7.0, 9, 16)], 8, 0.25) == {9}
-    assert budget_lifts([(7.0, 9, 16)], 0, 0.25) == {9}
+    assert budget_lifts([(7.0, 9, 16, "")], 8, 0.25) == {9}
+    assert budget_lifts([(7.0, 9, 16, "")], 0, 0.25) == {9}
     # a later narrow job does not pass an earlier wide one that does not fit
-    assert budget_lifts([(1.0, 1, 1), (2.0, 2, 16), (3.0, 3, 1)], 32, 0.25) == {1}
+    assert budget_lifts([(1.0, 1, 1, ""), (2.0, 2, 16, ""), (3.0, 3, 1, "")], 32, 0.25) == {1}
     # equal deadlines: by job id
-    assert budget_lifts([(1.0, 5, 8), (1.0, 4, 8)], 8, 1.0) == {4}
+    assert budget_lifts([(1.0, 5, 8, ""), (1.0, 4, 8, "")], 8, 1.0) == {4}
     assert budget_lifts([], 64, 0.5) == set()
+
+
+def test_a_per_user_budget_bounds_each_user_alone():
+    # alice's kind became due first and fills her share; bob's jobs are lifted beside it
+    due = [(1.0, 1, 8, "alice"), (2.0, 2, 8, "alice"), (3.0, 3, 8, "bob"), (4.0, 4, 1, "alice")]
+    assert budget_lifts(due, 64, 0.125) == {1, 3}  # each user's first; alice's 2 ends hers
+    assert budget_lifts(due, 64, 0.25) == {1, 2, 3}  # 16 GPUs each: alice's 1-GPU job is 17
+    one = [(d, j, g, "") for d, j, g, _ in due]  # one cluster-wide budget: 8 GPUs in all
+    assert budget_lifts(one, 64, 0.125) == {1}
+    assert owner(replace(_cfg(0.25), wait_guard_budget_scope="user"), "alice") == "alice"
+    assert owner(_cfg(0.25), "alice") == ""
 
 
 def test_held_back_only_with_a_budget_and_only_due_jobs():
@@ -104,15 +115,21 @@ def test_rank_keeps_held_jobs_in_index_order_and_says_why():
     assert [d.guarded for d in plain] == [True, True, True, False]
 
 
-def test_the_cache_ranks_as_the_policy_with_a_budget():
+@pytest.mark.parametrize("scope", ["cluster", "user"])
+def test_the_cache_ranks_as_the_policy_with_a_budget(scope):
     """Jobs become due, start (leave) and arrive: the kept deadlines and held flags give
     `rank`'s decisions, pass after pass."""
     rng = random.Random(5)
-    cfg = replace(_cfg(0.25), gittins_kinds=["user"], gittins_kind_min_samples=5)
+    cfg = replace(_cfg(0.25), wait_guard_budget_scope=scope)
     history = HISTORY[:]
     now = 0.0
     views = [
-        JobView(job_id=j, gpus=rng.choice((1, 2, 4, 8, 16)), submit_time=rng.uniform(0, 4000))
+        JobView(
+            job_id=j,
+            gpus=rng.choice((1, 2, 4, 8, 16)),
+            submit_time=rng.uniform(0, 4000),
+            user=f"u{j % 3}",
+        )
         for j in range(1, 120)
     ]
     cache = RankCache()
@@ -133,11 +150,16 @@ def test_the_cache_ranks_as_the_policy_with_a_budget():
     assert held_seen > 50 and lifted_seen > 10  # the budget held jobs back and lifted some
 
 
-def _run_checked(budget: float, seed: int) -> tuple[int, int]:
+def _run_checked(budget: float, seed: int, scope: str = "cluster") -> tuple[int, int]:
     """A non-preemptive simulator run whose every pass is checked against the service's
     `rank` on the same views: the same order, and the same jobs lifted."""
     trace = synth_user_jobs(400, 16, load=1.4, seed=seed, users=6)
-    cfg = PolicyConfig(gittins_kind_min_samples=2, wait_guard_factor=2.0, wait_guard_budget=budget)
+    cfg = PolicyConfig(
+        gittins_kind_min_samples=2,
+        wait_guard_factor=2.0,
+        wait_guard_budget=budget,
+        wait_guard_budget_scope=scope,
+    )
     held = lifted = 0
 
     def check(sim: Simulator, now: float) -> None:
@@ -158,8 +180,9 @@ def _run_checked(budget: float, seed: int) -> tuple[int, int]:
     return held, lifted
 
 
-def test_the_simulator_lifts_what_the_service_lifts():
-    held, lifted = _run_checked(0.25, seed=3)
+@pytest.mark.parametrize("scope", ["cluster", "user"])
+def test_the_simulator_lifts_what_the_service_lifts(scope):
+    held, lifted = _run_checked(0.25, seed=3, scope=scope)
     assert held > 0 and lifted > 0  # the budget bit on this trace
 
 

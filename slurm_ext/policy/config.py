@@ -91,6 +91,9 @@ class PolicyConfig:
         their index's rank until earlier lifted jobs start. Without it the guard lifts a
         whole recurring kind, or most of a backlog, at once and the order turns first
         come first served (docs/benchmarks.md, Session 7). 0 (default): no bound.
+    wait_guard_budget_scope: whose GPUs the budget bounds: "cluster" (default: all lifted
+        jobs together) or "user" (each user's lifted jobs, the share for each user: one
+        user's recurring kind is not lifted wholesale, other users' due jobs still are).
     max_preemptions: a running job preempted this many times already is not preempted
         again (0: no cap); bounds the requeues of one job on long, backlogged runs.
     preemption_cost: weigh a requeue's cost against the waiting job's gain
@@ -143,6 +146,7 @@ class PolicyConfig:
     wait_guard: str = choices("promote", "age", default="promote")
     wait_guard_keep: float = 10.0
     wait_guard_budget: float = 0.0
+    wait_guard_budget_scope: str = choices("cluster", "user", default="cluster")
     max_preemptions: int = 50
     preemption_cost: bool = True
     preemption_checkpoint_s: float = 900.0

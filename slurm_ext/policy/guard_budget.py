@@ -22,8 +22,8 @@ from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.guards import guard_deadline, guard_promotes
 
-# a job the guard is due for: (deadline, job id, GPUs)
-Due = tuple[float, int, int]
+# a job the guard is due for: (deadline, job id, GPUs, owner: `owner`)
+Due = tuple[float, int, int, str]
 
 
 def budgeted(config: PolicyConfig) -> bool:
@@ -31,19 +31,29 @@ def budgeted(config: PolicyConfig) -> bool:
     return config.wait_guard_budget > 0 and guard_promotes(config)
 
 
+def owner(config: PolicyConfig, user: str) -> str:
+    """Whose budget a due job draws on: its user's (`wait_guard_budget_scope = "user"`)
+    or the one cluster-wide budget ("")."""
+    return user if config.wait_guard_budget_scope == "user" else ""
+
+
 def budget_lifts(due: Iterable[Due], total_gpus: int, share: float) -> set[int]:
-    """The ids of the due jobs the guard lifts now: in deadline order (ties by id), the
-    first always, then each while the lifted jobs' GPUs stay within `share` x
-    `total_gpus`; the first that does not fit ends the lift, so a wide job that became
-    due first is not passed by narrower ones that became due after it."""
+    """The ids of the due jobs the guard lifts now, per owner: in deadline order (ties by
+    id), the owner's first always, then each while its lifted jobs' GPUs stay within
+    `share` x `total_gpus`; the first that does not fit ends the owner's lift, so a wide
+    job that became due first is not passed by narrower ones that became due after it."""
     room = share * total_gpus
     out: set[int] = set()
-    held = 0
-    for _, job_id, gpus in sorted(due):
-        if out and held + gpus > room:
-            break
+    held: dict[str, int] = {}
+    full: set[str] = set()
+    for _, job_id, gpus, who in sorted(due):
+        if who in full:
+            continue
+        if who in held and held[who] + gpus > room:
+            full.add(who)
+            continue
         out.add(job_id)
-        held += gpus
+        held[who] = held.get(who, 0) + gpus
     return out
 
 
@@ -69,14 +79,20 @@ def held_back(
     without a budget): they keep their index's rank this pass."""
     if not budgeted(config):
         return set()
-    due = [(d, j.job_id, j.gpus) for j in jobs if (d := view_deadline(j, config, table)) <= now]
+    due = [
+        (d, j.job_id, j.gpus, owner(config, j.user))
+        for j in jobs
+        if (d := view_deadline(j, config, table)) <= now
+    ]
     return {d[1] for d in due} - budget_lifts(due, total_gpus, config.wait_guard_budget)
 
 
 def describe_held(config: PolicyConfig) -> str:
     """`explain`'s line for a job the budget holds back."""
+    whose = " its user may hold" if config.wait_guard_budget_scope == "user" else ""
     return (
         f"wait guard due (waited >= {config.wait_guard_factor:g} x its predicted run) but"
         " held back by its budget: jobs it became due for earlier hold the"
-        f" {config.wait_guard_budget:g} share of the GPUs; ranked by its index until they start"
+        f" {config.wait_guard_budget:g} share of the GPUs{whose}; ranked by its index until"
+        " they start"
     )

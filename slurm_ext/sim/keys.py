@@ -18,7 +18,7 @@ from math import nextafter
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy import build_table
-from slurm_ext.policy.guard_budget import budget_lifts
+from slurm_ext.policy.guard_budget import budget_lifts, owner
 from slurm_ext.policy.guards import guard_deadline
 from slurm_ext.policy.ranking import key_and_change
 from slurm_ext.sim.clearing import ABOVE_ALL
@@ -137,7 +137,7 @@ class KeyedQueues:
         )  # fmt: skip
         due = self.due
         if deadline <= now:
-            entry = (deadline, job.id, job.gpus)
+            entry = (deadline, job.id, job.gpus, owner(self.cfg, job.user))
             if due.get(job) != entry:
                 due[job] = entry
                 self.guard_dirty = True
