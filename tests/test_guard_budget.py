@@ -15,7 +15,13 @@ import pytest
 from slurm_ext.config import ConfigError, from_dict
 from slurm_ext.model import Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.guard_budget import budget_lifts, held_back, owner, view_deadline
+from slurm_ext.policy.guard_budget import (
+    budget_lifts,
+    describe_held,
+    held_back,
+    owner,
+    view_deadline,
+)
 from slurm_ext.policy.guards import GUARDED, starts_promoted
 from slurm_ext.policy.tables import build_table
 from slurm_ext.rank_cache import RankCache
@@ -78,6 +84,9 @@ def test_a_per_user_budget_bounds_each_user_alone():
     assert budget_lifts(one, 64, 0.125) == {1}
     assert owner(replace(_cfg(0.25), wait_guard_budget_scope="user"), "alice") == "alice"
     assert owner(_cfg(0.25), "alice") == ""
+    per_user = replace(_cfg(0.25), wait_guard_budget_scope="user")
+    assert "its user's jobs due earlier fill the budget" in describe_held(per_user)
+    assert "lifted jobs may hold 0.25 of the GPUs" in describe_held(_cfg(0.25))
 
 
 def test_held_back_only_with_a_budget_and_only_due_jobs():
@@ -105,7 +114,7 @@ def test_rank_keeps_held_jobs_in_index_order_and_says_why():
     assert "wait guard: waited >= 1 x its predicted run" in by_id[WIDE_A].reason
     for j in (WIDE_B, NARROW):
         assert "held back by its budget" in by_id[j].reason
-        assert "0.25 share of the GPUs" in by_id[j].reason
+        assert "lifted jobs may hold 0.25 of the GPUs" in by_id[j].reason
     assert "held back" not in by_id[FRESH].reason
     # only the lifted job's stint keeps the guard's rank (wait_guard_keep)
     assert starts_promoted(decisions, cfg) == {WIDE_A}

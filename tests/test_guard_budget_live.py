@@ -62,7 +62,7 @@ def test_a_live_pass_lifts_due_jobs_within_the_share(
     assert [by_id[j].guarded for j in waiting] == [k < lifted for k in range(3)]
     for j in waiting[lifted:]:
         assert "held back by its budget" in by_id[j].reason, by_id[j].reason
-        assert f"the {budget:g} share of the GPUs" in by_id[j].reason
+        assert f"may hold {budget:g} of the GPUs" in by_id[j].reason
     assert all("held back" not in by_id[j].reason for j in waiting[:lifted])
     order = [d.job_id for d in res.decisions if d.job_id in waiting]
     assert order[:lifted] == waiting[:lifted]  # the lifted jobs first

@@ -89,10 +89,12 @@ def held_back(
 
 def describe_held(config: PolicyConfig) -> str:
     """`explain`'s line for a job the budget holds back."""
-    whose = " its user may hold" if config.wait_guard_budget_scope == "user" else ""
+    share = f"{config.wait_guard_budget:g} of the GPUs"
+    if config.wait_guard_budget_scope == "user":
+        full = f"its user's jobs due earlier fill the budget (each user's may hold {share})"
+    else:
+        full = f"jobs due earlier fill the budget (lifted jobs may hold {share})"
     return (
         f"wait guard due (waited >= {config.wait_guard_factor:g} x its predicted run) but"
-        " held back by its budget: jobs it became due for earlier hold the"
-        f" {config.wait_guard_budget:g} share of the GPUs{whose}; ranked by its index until"
-        " they start"
+        f" held back by its budget: {full}; ranked by its index until they start"
     )
