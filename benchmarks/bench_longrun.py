@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import slurm_ext.sim.engine as engine
+from slurm_ext.policy.queues import starvation_lifts
 from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
@@ -48,18 +49,10 @@ class Watched(engine.Simulator):
 
     def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
         # the engine's own test (`_start`): the starvation guard, else the wait guard
-        starved = engine.starved(False, job.last_run, job.waiting_since, job.submit, now, self.cfg)
-        if starved:
-            starved = not engine.wait_judged(
-                self.cfg,
-                self.table,
-                job.gpus,
-                job.attained,
-                job.user,
-                job.name,
-                job.account,
-                job.limit,
-            )
+        starved = starvation_lifts(
+            self.cfg, self.table, now, False, job.last_run, job.waiting_since, job.submit,
+            job.gpus, job.attained, job.user, job.name, job.account, job.limit,
+        )  # fmt: skip
         super()._start(job, alloc, now)
         if job.promoted_at is not None:
             self.lifts["starvation" if starved else "wait"] += 1

@@ -14,9 +14,10 @@ short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
   half       gittins, preemptive, half the jobs preemptible, checkpoint every 15 min
   all        gittins, preemptive, every job preemptible, checkpoint every 15 min
   srtf       the SRTF oracle, every job preemptible, checkpoint every 15 min
-and prints avg JCT / Slurm alone's for each, all / srtf, the p99 JCT of the widest 5%
-of jobs relative to Slurm alone's (fs, np, half, all), the per-user avg JCT relative
-to that user's under Slurm alone with fair-share (fs; np, half, all, and slurm
+and prints avg JCT / Slurm alone's for each (mean / worst, and the seeds above 1.0x),
+all / srtf, the p99 JCT of the widest 5% of jobs relative to Slurm alone's (fs, np,
+half, all), the per-user avg JCT relative to that user's under Slurm alone with
+fair-share (fs; np, half, all, and slurm
 itself; users with >= --min-jobs jobs, default 10; the same jobs, all finished, in
 every run): median (med_*), p90 (p90_*), worst (user_*) and share above 1.2x
 (over_*); `--only fs2` adds fair-share Slurm with a 4-minute calc period, the per-user
@@ -257,6 +258,8 @@ def main() -> None:
         "mean/worst: "
         + ", ".join(f"{k} {sum(v) / len(v):.3f}/{max(v):.3f}" for k, v in sums.items())
     )
+    above = [f"{c} {sum(x > 1.0 for x in sums[c])}/{len(ss)}" for c in cols if c in sums]
+    print("seeds above 1.0x Slurm alone: " + ", ".join(above))
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ class Service:
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
             active = [j for j in jobs if j.state.active and self.managed(j)]
-            decisions = self._rank(active, records, now)
+            decisions = self._rank(active, records, now, sum(n.gpus for n in nodes))
             res.decisions, res.ranked = decisions, len(decisions)
             by_id = {j.job_id: j for j in active}
             if self.config.composes:  # the order Slurm applies, with the site factors
@@ -186,10 +186,11 @@ class Service:
         return records, stored
 
     def _rank(
-        self, active: Sequence[Job], records: dict[int, JobRecord], now: float
+        self, active: Sequence[Job], records: dict[int, JobRecord], now: float, gpus: int
     ) -> list[Decision]:
         """The policy's order of the managed active jobs: the simulator's `rank`, redoing
-        only what changed since the last pass (`slurm_ext.rank_cache`)."""
+        only what changed since the last pass (`slurm_ext.rank_cache`); `gpus`: the
+        cluster's, which the wait guard's budget is a share of."""
         history = self.store.history_kinds(self.config.policy.history_window)
         views = []
         reused: dict[int, tuple[tuple, JobView]] = {}
@@ -210,7 +211,7 @@ class Service:
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         # composed: rank by the index alone; `site_factors.compose` adds Slurm's priority
         plain = replace(policy, fairshare_site_weight=0.0) if self.config.composes else policy
-        decisions = self._ranker.rank(views, now, plain, history or None)
+        decisions = self._ranker.rank(views, now, plain, history or None, gpus)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 

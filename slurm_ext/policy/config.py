@@ -84,6 +84,16 @@ class PolicyConfig:
         the start (1 / index, the guard's unit). Without it the job ranks by its index
         alone once it starts and the next guarded job requeues it after min_run_s (the
         requeue thrash, docs/benchmarks.md). 0: off; default 10 (= the guard factor).
+    wait_guard_budget: bounds what the wait guard ("promote") lifts at once, a rule
+        across jobs (`guards.budget_lifts`): the jobs it is due for are lifted in the
+        order they became due (deadline: waiting since + factor x predicted run) while
+        their GPUs fit this share of the cluster's (the first always); the rest keep
+        their index's rank until earlier lifted jobs start. Without it the guard lifts a
+        whole recurring kind, or most of a backlog, at once and the order turns first
+        come first served (docs/benchmarks.md, Session 7). 0 (default): no bound.
+    wait_guard_budget_scope: whose GPUs the budget bounds: "cluster" (default: all lifted
+        jobs together) or "user" (each user's lifted jobs, the share for each user: one
+        user's recurring kind is not lifted wholesale, other users' due jobs still are).
     max_preemptions: a running job preempted this many times already is not preempted
         again (0: no cap); bounds the requeues of one job on long, backlogged runs.
     preemption_cost: weigh a requeue's cost against the waiting job's gain
@@ -135,6 +145,8 @@ class PolicyConfig:
     wait_guard_factor: float = 10.0
     wait_guard: str = choices("promote", "age", default="promote")
     wait_guard_keep: float = 10.0
+    wait_guard_budget: float = 0.0
+    wait_guard_budget_scope: str = choices("cluster", "user", default="cluster")
     max_preemptions: int = 50
     preemption_cost: bool = True
     preemption_checkpoint_s: float = 900.0
@@ -167,6 +179,11 @@ class PolicyConfig:
             raise ValueError("wait_guard_factor must be >= 0 (0: off)")
         if not self.wait_guard_keep >= 0:  # NaN too
             raise ValueError(f"wait_guard_keep must be >= 0 (0: off), got {self.wait_guard_keep}")
+        if not 0.0 <= self.wait_guard_budget <= 1.0:  # NaN too
+            raise ValueError(
+                "wait_guard_budget must be a share of the GPUs in [0, 1] (0: no bound), "
+                f"got {self.wait_guard_budget}"
+            )
         for name in ("preemption_checkpoint_s", "preemption_restart_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):

@@ -121,8 +121,29 @@ def wait_guarded(
     `since` >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
     if not guard_promotes(config):
         return False
+    deadline = guard_deadline(
+        config, table, gpus, attained_gpu_s, since, user, job_name, account, time_limit_s
+    )
+    return deadline - now <= 0.0
+
+
+def guard_deadline(
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    gpus: int,
+    attained_gpu_s: float,
+    since: float,
+    user: str = "",
+    job_name: str = "",
+    account: str = "",
+    time_limit_s: float | None = None,
+) -> float:
+    """The moment the wait guard becomes due for a job waiting since `since`: since +
+    `wait_guard_factor` x its predicted run (inf: no index to scale its wait by)."""
     index = _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s)
-    return index > 0 and since + config.wait_guard_factor / (index * gpus) - now <= 0.0
+    if index <= 0 or config.wait_guard_factor <= 0:
+        return math.inf
+    return since + config.wait_guard_factor / (index * gpus)
 
 
 def lifted(

@@ -17,6 +17,7 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
+from slurm_ext.policy.guard_budget import describe_held, held_back
 from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
 from slurm_ext.policy.queues import (
     promoted,
@@ -50,6 +51,7 @@ def key_and_change(
     account: str = "",
     time_limit_s: float | None = None,
     fair_share: float = 1.0,
+    held: bool = False,
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
@@ -62,7 +64,8 @@ def key_and_change(
     (user, job_name, account, time_limit_s) picks the Gittins table (policy/kinds.py).
     `fair_share` is the user's fair-share factor at the last calc pass (policy
     "fairshare", and gittins with `fairshare_site_weight`); keys that read it (and the age
-    factor) change at the next pass.
+    factor) change at the next pass. `held`: the wait guard is due for this waiting job
+    but its budget holds it back (policy/guard_budget.py): it keeps its index's score.
     """
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
@@ -116,7 +119,8 @@ def key_and_change(
                 if config.wait_guard == "promote":
                     left = since + unit - now
                     if left <= 0.0:
-                        score = GUARDED
+                        if not held:
+                            score = GUARDED
                     elif left < after:
                         after = left
                 else:  # "age": the index doubles at waits of 1, 3, 7, ... units
@@ -200,6 +204,7 @@ def _key_and_change(
     config: PolicyConfig,
     table: GittinsTable | None,
     fair_share: Mapping[str, float] | None = None,
+    held: bool = False,
 ) -> tuple[Key, float]:
     return key_and_change(
         config,
@@ -220,6 +225,7 @@ def _key_and_change(
         job.account,
         job.time_limit_s,
         1.0 if fair_share is None else fair_share.get(job.user, 1.0),
+        held,
     )
 
 
@@ -229,10 +235,12 @@ def priority_key(
     config: PolicyConfig,
     table: GittinsTable | None,
     fair_share: Mapping[str, float] | None = None,
+    held: bool = False,
 ) -> Key:
     """The sort key of one job (`key_and_change`); only oracle policies read
-    `true_duration_s`. `fair_share`: user -> factor (policy/fairshare.py), missing: 1."""
-    return _key_and_change(job, now, config, table, fair_share)[0]
+    `true_duration_s`. `fair_share`: user -> factor (policy/fairshare.py), missing: 1.
+    `held`: the wait guard's budget holds the job back (`guard_budget.held_back`)."""
+    return _key_and_change(job, now, config, table, fair_share, held)[0]
 
 
 def key_change_after(
@@ -293,9 +301,11 @@ def explain(
     config: PolicyConfig,
     table: GittinsTable | None,
     chosen: tuple[GittinsTable, str] | None = None,
+    held: bool = False,
 ) -> str:
     """A short human-readable reason for the job's place in the order (`chosen`: the
-    job's `job_table`, when the caller has it)."""
+    job's `job_table`, when the caller has it; `held`: the wait guard's budget holds
+    it back)."""
     parts: list[str] = []
     if key[0] == 0:
         parts.append(
@@ -333,6 +343,8 @@ def explain(
                     f"wait guard: waited >= {config.wait_guard_factor:g} x its predicted run,"
                     " ahead of unguarded jobs"
                 )
+            elif held:
+                parts.append(describe_held(config))
             elif config.fairshare_site_weight > 0:
                 parts.append(describe(key[2], config))
         if promoted(job, now, config, table):
@@ -363,6 +375,7 @@ def rank(
     config: PolicyConfig,
     history: History = None,
     fair_share: Mapping[str, float] | None = None,
+    total_gpus: int = 0,
 ) -> list[Decision]:
     """Order jobs (running and pending) best first; Decision.rank 0 runs first.
 
@@ -370,20 +383,32 @@ def rank(
     the gittins policy falls back to 2D-LAS and says so in each reason. With
     `gittins_censored` the table also reads `jobs`' attained service (censored).
     `fair_share` (user -> Slurm's fair-share factor) feeds policy "fairshare" and
-    `fairshare_site_weight`; a user missing from it reads 1 (no usage).
+    `fairshare_site_weight`; a user missing from it reads 1 (no usage). `total_gpus`:
+    the cluster's GPUs, which `wait_guard_budget` is a share of (0: the guard lifts
+    one due job at a time).
     """
     table = None
     if config.policy == "gittins":
         active = [(j.gpus, j.attained_gpu_s) for j in jobs] if config.gittins_censored else None
         table = build_table(history, config, active)
-    keyed = sorted((priority_key(j, now, config, table, fair_share), j) for j in jobs)
-    return [decide(i, k, j, now, config, table) for i, (k, j) in enumerate(keyed)]
+    held = held_back(jobs, now, config, table, total_gpus)
+    keyed = sorted(
+        (priority_key(j, now, config, table, fair_share, j.job_id in held), j) for j in jobs
+    )
+    return [decide(i, k, j, now, config, table, j.job_id in held) for i, (k, j) in enumerate(keyed)]
 
 
 def decide(
-    i: int, key: Key, job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None
+    i: int,
+    key: Key,
+    job: JobView,
+    now: float,
+    config: PolicyConfig,
+    table: GittinsTable | None,
+    held: bool = False,
 ) -> Decision:
-    """The decision for the job at place `i` of the order, whose sort key is `key`."""
+    """The decision for the job at place `i` of the order, whose sort key is `key`
+    (`held`: the wait guard's budget holds the job back)."""
     chosen = _chosen(job, config, table)  # the table the job's index reads, and its group
     return Decision(
         job_id=job.job_id,
@@ -391,8 +416,8 @@ def decide(
         queue=key[1],
         index=_reported_index(job, key, config, table, chosen),
         promoted=uses_queues(config) and promoted(job, now, config, table),
-        guarded=lifted(job, key[2], now, config, table),
-        reason=explain(job, key, now, config, table, chosen),
+        guarded=not held and lifted(job, key[2], now, config, table),
+        reason=explain(job, key, now, config, table, chosen, held),
         group=(chosen[1] or "pooled") if chosen else "",
         group_samples=chosen[0].samples if chosen else 0,
     )
