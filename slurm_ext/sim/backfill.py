@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.sim.bfprofile import NodeSteps, Profile, node_steps
+from slurm_ext.sim.willrun import willrun_start
 
 __all__ = [
     "BackfillParams",
@@ -51,9 +52,17 @@ class BackfillParams:
     window_s: float = 86400.0  # bf_window (Slurm: minutes, default 1 day)
     max_job_test: int = 500  # bf_max_job_test
     resolution_s: float = 60.0  # bf_resolution
+    # cons_tres's will-run window (30 wall s): a blocked job's start as `sim.willrun`
+    # reports it; 0: the earliest exact start
+    willrun_window_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.window_s > 0 and self.resolution_s > 0 and self.max_job_test >= 1):
+        if not (
+            self.window_s > 0
+            and self.resolution_s > 0
+            and self.max_job_test >= 1
+            and self.willrun_window_s >= 0
+        ):
             raise ValueError(f"backfill parameters out of range: {self}")
 
 
@@ -70,6 +79,23 @@ class Candidate(NamedTuple):
 
 def round_up(t: float, step: float) -> float:
     return math.ceil(t / step) * step if step > 0 and t < INF else t
+
+
+def coarse_start(
+    profile: Profile,
+    c: Candidate,
+    capacity: int,
+    span: float,
+    before: float,
+    params: BackfillParams,
+    exact: float,
+    alloc: list[tuple[str, int]],
+) -> tuple[float, list[tuple[str, int]]]:
+    """A blocked job's start and GPUs as cons_tres's will-run test reports them
+    (`sim.willrun`); the exact ones where no batch of running jobs' ends holds it (a
+    start that waits for this pass's reservations, not for running jobs)."""
+    s, at = willrun_start(profile, c, capacity, span, before, params.willrun_window_s, exact)
+    return (s, at) if at else (exact, alloc)
 
 
 def backfill_pass(
@@ -117,6 +143,8 @@ def backfill_pass(
         assert profile is not None
         span = length(c)
         s, alloc = profile.earliest(c, capacity, span, horizon)
+        if alloc and s > base and params.willrun_window_s > 0:
+            s, alloc = coarse_start(profile, c, capacity, span, horizon, params, s, alloc)
         if alloc and s < horizon:
             profile.reserve(alloc, s, s + span)
             planned.update(n for n, _ in alloc)

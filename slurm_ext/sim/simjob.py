@@ -39,6 +39,11 @@ class SimConfig:
         "strict": the pass stops at the first job that does not fit (sched/builtin).
     bf_window_s, bf_max_job_test, bf_interval_s, bf_resolution_s: Slurm's bf_window (in
         seconds here), bf_max_job_test, bf_interval and bf_resolution ("slurm" only).
+    bf_willrun_window_s: cons_tres's will-run window ("slurm" only): backfill learns a
+        blocked job's start from running jobs taken off in batches of this window,
+        doubling (`sim.willrun`); Slurm's is 30 wall s, so 30 trace s at a site and 30 x
+        X in a replay at speedup X. 0 (the default): the earliest exact start, the model
+        before session 7 (30 moves a 2,000-job run: docs/simulator.md).
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
     one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
@@ -81,6 +86,7 @@ class SimConfig:
     bf_max_job_test: int = 500
     bf_interval_s: float = 30.0
     bf_resolution_s: float = 60.0
+    bf_willrun_window_s: float = 0.0
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
     max_requeues_per_pass: int = 0
@@ -110,6 +116,7 @@ class SimConfig:
             "restart_overhead_s",
             "requeue_delay_s",
             "clock_s",
+            "bf_willrun_window_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
