@@ -175,6 +175,7 @@ def sim_inputs(
         bf_window_s=bf.window_min * 60.0 * speedup,
         # cons_tres's will-run batches: 30 wall s, doubling (sim.willrun)
         bf_willrun_window_s=WILLRUN_WINDOW_S * speedup if args.willrun else 0.0,
+        bf_willrun_start="batch",  # the replay's Debian 22.05 reports the batch's last end
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,

@@ -58,6 +58,11 @@ def test_the_reported_start_is_the_last_end_on_the_chosen_node_not_the_batch_end
     # window 600: aligned 1200, the batch to 1800 ends at 1500; n0 comes first, free
     # since 900
     assert willrun_start(p, one, 4, 600.0, INF, 600.0, 600.0) == (900.0, [("n0", 4)])
+    # Slurm 22.05 (the replay's) reports the end of the batch's last job, wherever it ran
+    assert willrun_start(p, one, 4, 600.0, INF, 600.0, 600.0, batch_start=True) == (
+        1500.0,
+        [("n0", 4)],
+    )
     # no batch before `before`: no reservation
     assert willrun_start(p, one, 4, 600.0, 1000.0, 600.0, 600.0) == (INF, [])
 
@@ -103,8 +108,10 @@ def test_window_zero_is_the_default_and_changes_nothing():
     assert [j.first_start for j in c] != [j.first_start for j in a]
 
 
-def test_a_negative_window_is_refused():
+def test_a_bad_window_or_start_rule_is_refused():
     with pytest.raises(ValueError, match="bf_willrun_window_s"):
         SimConfig(bf_willrun_window_s=-1.0)
+    with pytest.raises(ValueError, match="bf_willrun_start must be one of nodes, batch"):
+        SimConfig(bf_willrun_start="last")
     with pytest.raises(ValueError, match="backfill parameters"):
         BackfillParams(willrun_window_s=-1.0)

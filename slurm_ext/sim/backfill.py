@@ -55,6 +55,7 @@ class BackfillParams:
     # cons_tres's will-run window (30 wall s): a blocked job's start as `sim.willrun`
     # reports it; 0: the earliest exact start
     willrun_window_s: float = 0.0
+    willrun_batch_start: bool = False  # report the batch's last end (Slurm up to 23.x)
 
     def __post_init__(self) -> None:
         if not (
@@ -94,7 +95,8 @@ def coarse_start(
     """A blocked job's start and GPUs as cons_tres's will-run test reports them
     (`sim.willrun`); the exact ones where no batch of running jobs' ends holds it (a
     start that waits for this pass's reservations, not for running jobs)."""
-    s, at = willrun_start(profile, c, capacity, span, before, params.willrun_window_s, exact)
+    window, batch = params.willrun_window_s, params.willrun_batch_start
+    s, at = willrun_start(profile, c, capacity, span, before, window, exact, batch)
     return (s, at) if at else (exact, alloc)
 
 

@@ -10,9 +10,11 @@ batch:
   doubled once per failed test (empty batches are skipped, the window doubling on);
 - after a batch the job is placed on the nodes cons_tres's selection prefers among
   everything freed so far (node order here: the first nodes that can hold it);
-- the start it reports is the end of the last removed job on the chosen nodes (the
-  "last relevant job"), which may be earlier than the batch's end, or later than the
-  job's exact earliest start on other nodes.
+- the start it reports (Slurm 25.11, `_get_last_relevant_job`) is the end of the last
+  removed job on the chosen nodes, which may be earlier than the batch's end, or later
+  than the job's exact earliest start on other nodes. Older releases (the 22.05 the
+  replay runs, through at least 23.x) report the end of the batch's last job wherever
+  it ran (`batch_start`).
 
 So the plan is as coarse as the window at first and then doubles: at a replay's speedup
 X the window is 30 x X trace seconds. `willrun_start` answers the same question on the
@@ -114,12 +116,14 @@ def willrun_start(
     before: float,
     window: float,
     exact: float,
+    batch_start: bool = False,
 ) -> tuple[float, list[tuple[str, int]]]:
     """The start and GPUs cons_tres would report for a blocked job (module docstring).
 
     exact: the job's earliest start on the profile (`Profile.earliest`): no batch before
-    it can hold the job, so the search starts at the first batch reaching it. Returns
-    (INF, []) when no batch before `before` can hold it."""
+    it can hold the job, so the search starts at the first batch reaching it.
+    batch_start: report the batch's last end (Slurm up to 23.x), not the last end on the
+    chosen nodes (25.11). Returns (INF, []) when no batch before `before` can hold it."""
     ends = sorted({e for n in profile.nodes for e in profile.steps[n].ends if e < INF})
     for t in batch_ends(ends, window):
         if t >= before:
@@ -129,6 +133,8 @@ def willrun_start(
         alloc = _first_fit(c, capacity, _offers(profile, t, span))
         if not alloc:
             continue
+        if batch_start:
+            return t, alloc
         start = _last_end_on(profile, alloc, t)
         # the reported start holds the job on these nodes unless one of this pass's
         # reservations falls between it and the batch's end; then the batch's end
