@@ -1,6 +1,6 @@
 """cons_tres's will-run batches in the simulator's backfill (`sim.willrun`): the batch
-rule, the node choice among the freed nodes, the start it reports, and what it changes
-in a backfill pass on a hand-built cluster state."""
+rule, the node choice among the freed nodes (consecutive best fit), the start it
+reports, and what it changes in a backfill pass on a hand-built cluster state."""
 
 import pytest
 
@@ -35,13 +35,13 @@ def _four_nodes():
     return Profile(0.0, dict.fromkeys(ends, 0), ends)
 
 
-def test_the_batch_picks_the_first_freed_nodes_and_starts_at_their_last_end():
+def test_the_batch_picks_among_all_freed_nodes_and_starts_at_their_last_end():
     wide = Candidate(1, 8, True, 3000.0)  # two whole nodes
     p = _four_nodes()
     exact = p.earliest(wide, 4, 3000.0, INF)
     assert exact == (660.0, [("n2", 4), ("n3", 4)])
-    # window 600: aligned 1200, the first batch reaches 1800 and frees every node; node
-    # order gives n0 and n1, whose last end is 1800
+    # window 600: aligned 1200, the first batch reaches 1800 and frees every node: one
+    # run of four, its first two nodes n0 and n1, whose last end is 1800
     assert willrun_start(p, wide, 4, 3000.0, INF, 600.0, exact[0]) == (
         1800.0,
         [("n0", 4), ("n1", 4)],
@@ -65,6 +65,22 @@ def test_the_reported_start_is_the_last_end_on_the_chosen_node_not_the_batch_end
     )
     # no batch before `before`: no reservation
     assert willrun_start(p, one, 4, 600.0, 1000.0, 600.0, 600.0) == (INF, [])
+
+
+def test_node_choice_is_cons_tres_consecutive_best_fit():
+    # a one-node job goes to the tightest node that holds it (exact: the first)
+    ends = {"n0": [(600.0, 4)], "n1": [(600.0, 2), (5000.0, 2)]}
+    p = Profile(0.0, dict.fromkeys(ends, 0), ends)
+    two = Candidate(1, 2, True, 1000.0)
+    assert p.earliest(two, 4, 1000.0, INF) == (600.0, [("n0", 2)])
+    assert willrun_start(p, two, 4, 1000.0, INF, 1e-3, 600.0) == (600.0, [("n1", 2)])
+    # a two-node job takes a run of consecutive nodes: n1 (busy to 5000) splits n0 from
+    # n2-n3, so n2 and n3 (exact: the first two free, n0 and n2)
+    ends = {"n0": [(600.0, 4)], "n1": [(5000.0, 4)], "n2": [(600.0, 4)], "n3": [(600.0, 4)]}
+    p = Profile(0.0, dict.fromkeys(ends, 0), ends)
+    wide = Candidate(2, 8, True, 1000.0)
+    assert p.earliest(wide, 4, 1000.0, INF) == (600.0, [("n0", 4), ("n2", 4)])
+    assert willrun_start(p, wide, 4, 1000.0, INF, 1e-3, 600.0) == (600.0, [("n2", 4), ("n3", 4)])
 
 
 def _pass(window):

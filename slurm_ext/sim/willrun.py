@@ -9,7 +9,8 @@ batch:
   wall s), plus one window; each later batch ends at that aligned time plus the window
   doubled once per failed test (empty batches are skipped, the window doubling on);
 - after a batch the job is placed on the nodes cons_tres's selection prefers among
-  everything freed so far (node order here: the first nodes that can hold it);
+  everything freed so far (`_consec_fit`: the tightest run of consecutive nodes that
+  can hold it, its first nodes or, for a one-node job, its tightest node);
 - the start it reports (Slurm 25.11, `_get_last_relevant_job`) is the end of the last
   removed job on the chosen nodes, which may be earlier than the batch's end, or later
   than the job's exact earliest start on other nodes. Older releases (the 22.05 the
@@ -71,25 +72,47 @@ def _offers(profile: Profile, t: float, span: float) -> list[tuple[str, int]]:
     return [(n, profile.window_min(n, t, t + span)) for n in profile.nodes]
 
 
-def _first_fit(c: Candidate, capacity: int, offers: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The job's GPUs on the first nodes, in node order, that can hold it; [] if none."""
-    if c.consolidate:
-        m = min_nodes(c.gpus, capacity) if c.gpus > capacity else 1
-        share = -(-c.gpus // m)
-        picked = [n for n, o in offers if o >= share][:m]
-        if len(picked) < m:
-            return []
-        alloc = [(n, share) for n in picked]
-        alloc[-1] = (picked[-1], c.gpus - share * (m - 1))
-        return alloc
-    alloc, left = [], c.gpus
+def _consec_fit(
+    c: Candidate, capacity: int, offers: list[tuple[str, int]]
+) -> list[tuple[str, int]]:
+    """The job's GPUs where cons_tres's default selection puts them (`_eval_nodes_consec`
+    in topology/common/eval_nodes.c); [] if they do not fit.
+
+    It groups the nodes that can hold the job's share into runs of consecutive nodes and
+    takes the tightest run large enough (fewest free resources; ties: the first), the
+    first nodes of it, or for a one-node job its tightest node; if no run is large
+    enough, the largest runs first. Slurm weighs free cores (one per job in a replay);
+    free GPUs stand for them here. A job that may spread takes nodes in order."""
+    if not c.consolidate:
+        alloc, left = [], c.gpus
+        for n, o in offers:
+            if left <= 0:
+                break
+            if o > 0:
+                alloc.append((n, min(o, left)))
+                left -= alloc[-1][1]
+        return alloc if left <= 0 else []
+    m = min_nodes(c.gpus, capacity) if c.gpus > capacity else 1
+    share = -(-c.gpus // m)
+    runs: list[list[tuple[str, int]]] = [[]]
     for n, o in offers:
-        if left <= 0:
-            break
-        if o > 0:
-            alloc.append((n, min(o, left)))
-            left -= alloc[-1][1]
-    return alloc if left <= 0 else []
+        if o >= share:
+            runs[-1].append((n, o))
+        elif runs[-1]:
+            runs.append([])
+    runs = [r for r in runs if r]
+    enough = [r for r in runs if len(r) >= m]
+    if enough:
+        run = min(enough, key=lambda r: sum(o for _, o in r))  # first of the tightest
+        picked = [min(run, key=lambda x: x[1])[0]] if m == 1 else [n for n, _ in run[:m]]
+    else:
+        nodes = [n for r in sorted(runs, key=len, reverse=True) for n, _ in r]
+        if len(nodes) < m:
+            return []
+        picked = nodes[:m]
+    alloc = [(n, share) for n in picked]
+    alloc[-1] = (picked[-1], c.gpus - share * (m - 1))
+    return alloc
 
 
 def _last_end_on(profile: Profile, alloc: Sequence[tuple[str, int]], t: float) -> float:
@@ -130,7 +153,7 @@ def willrun_start(
             break
         if t < exact:
             continue
-        alloc = _first_fit(c, capacity, _offers(profile, t, span))
+        alloc = _consec_fit(c, capacity, _offers(profile, t, span))
         if not alloc:
             continue
         if batch_start:
