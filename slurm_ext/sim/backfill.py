@@ -7,7 +7,9 @@ in this pass for higher-priority jobs. A job that can start now, for its whole t
 limit, without touching any of those reservations starts now (it is backfilled); any
 other job gets a reservation at its earliest start, if that falls inside `bf_window`.
 Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
-slurmctld does). At most `bf_max_job_test` jobs are looked at per pass.
+slurmctld does). At most `bf_max_job_test` jobs are looked at per pass. With
+`BackfillParams.willrun_window_s` > 0 a blocked job's start and nodes are the ones
+cons_tres's will-run test reports (`sim.willrun`, `coarse_start`), not the earliest.
 
 The model is per node and per GPU count: a node offers, over a time window, the fewest
 GPUs free at any moment of it. It leaves out cores, memory and licences, advance
