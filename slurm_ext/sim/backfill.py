@@ -9,7 +9,7 @@ other job gets a reservation at its earliest start, if that falls inside `bf_win
 Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
 slurmctld does). At most `bf_max_job_test` jobs are looked at per pass. With
 `BackfillParams.willrun_window_s` > 0 a blocked job's start and nodes are the ones
-cons_tres's will-run test reports (`sim.willrun`, `coarse_start`), not the earliest.
+cons_tres's will-run test reports (`sim.willrun.coarse_start`), not the earliest.
 
 The model is per node and per GPU count: a node offers, over a time window, the fewest
 GPUs free at any moment of it. It leaves out cores, memory and licences, advance
@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.sim.bfprofile import NodeSteps, Profile, node_steps
-from slurm_ext.sim.willrun import willrun_start
+from slurm_ext.sim.willrun import coarse_start
 
 __all__ = [
     "BackfillParams",
@@ -84,24 +84,6 @@ def round_up(t: float, step: float) -> float:
     return math.ceil(t / step) * step if step > 0 and t < INF else t
 
 
-def coarse_start(
-    profile: Profile,
-    c: Candidate,
-    capacity: int,
-    span: float,
-    before: float,
-    params: BackfillParams,
-    exact: float,
-    alloc: list[tuple[str, int]],
-) -> tuple[float, list[tuple[str, int]]]:
-    """A blocked job's start and GPUs as cons_tres's will-run test reports them
-    (`sim.willrun`); the exact ones where no batch of running jobs' ends holds it (a
-    start that waits for this pass's reservations, not for running jobs)."""
-    window, batch = params.willrun_window_s, params.willrun_batch_start
-    s, at = willrun_start(profile, c, capacity, span, before, window, exact, batch)
-    return (s, at) if at else (exact, alloc)
-
-
 def backfill_pass(
     now: float,
     pending: Iterable[Candidate],
@@ -148,7 +130,8 @@ def backfill_pass(
         span = length(c)
         s, alloc = profile.earliest(c, capacity, span, horizon)
         if alloc and s > base and params.willrun_window_s > 0:
-            s, alloc = coarse_start(profile, c, capacity, span, horizon, params, s, alloc)
+            window, batch = params.willrun_window_s, params.willrun_batch_start
+            s, alloc = coarse_start(profile, c, capacity, span, horizon, window, batch, s, alloc)
         if alloc and s < horizon:
             profile.reserve(alloc, s, s + span)
             planned.update(n for n, _ in alloc)

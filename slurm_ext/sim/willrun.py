@@ -20,7 +20,8 @@ batch:
 So the plan is as coarse as the window at first and then doubles: at a replay's speedup
 X the window is 30 x X trace seconds. `willrun_start` answers the same question on the
 backfill pass's `Profile` (running jobs' ends and this pass's reservations); the pass
-calls it when `BackfillParams.willrun_window_s` > 0 (`SimConfig.bf_willrun_window_s`).
+calls it (`coarse_start`) when `BackfillParams.willrun_window_s` > 0
+(`SimConfig.bf_willrun_window_s`).
 Left out: the 200-job cap per test, the 2 s time cap, licences, and Slurm's exclusion
 of whole nodes reserved in the pass (reservations here take GPUs, as in the rest of the
 model); the windows are aligned on multiples of the window in trace time (live, on the
@@ -163,3 +164,22 @@ def willrun_start(
         # reservations falls between it and the batch's end; then the batch's end
         return (start, alloc) if _fits(profile, alloc, start, span) else (t, alloc)
     return INF, []
+
+
+def coarse_start(
+    profile: Profile,
+    c: Candidate,
+    capacity: int,
+    span: float,
+    before: float,
+    window: float,
+    batch_start: bool,
+    exact: float,
+    alloc: list[tuple[str, int]],
+) -> tuple[float, list[tuple[str, int]]]:
+    """What the backfill pass reserves for a blocked job whose exact earliest start and
+    GPUs are (exact, alloc): `willrun_start`'s answer, or the exact one where no batch of
+    running jobs' ends holds the job (a start that waits for this pass's reservations,
+    which cons_tres does not see, rather than for running jobs)."""
+    s, at = willrun_start(profile, c, capacity, span, before, window, exact, batch_start)
+    return (s, at) if at else (exact, alloc)
