@@ -28,7 +28,9 @@ the service's pass period as measured in its log, Slurm's hold of a requeued job
 one waiting job per pass and its cap of requeues per pass, the Gittins table rebuilt at
 every completion as the service rebuilds it each pass (`history_refresh` = 1), and
 Slurm's whole-second clock in the run lengths that history learns (`clock_s` = 1 wall s
-x speedup; --exact-clock leaves it out). The simulated spread over
+x speedup; --exact-clock leaves it out), and cons_tres's will-run window in backfill's
+reservations (`bf_willrun_window_s` = 30 wall s x speedup, `sim.willrun`;
+--exact-willrun leaves it out). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
@@ -53,7 +55,7 @@ from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
-from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, backfill_settings
+from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, WILLRUN_WINDOW_S, backfill_settings
 from slurm_ext.service import ServiceConfig
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
@@ -171,6 +173,9 @@ def sim_inputs(
         bf_interval_s=bf.interval_s * speedup,
         bf_resolution_s=bf.resolution_s * speedup,
         bf_window_s=bf.window_min * 60.0 * speedup,
+        # cons_tres's will-run batches: 30 wall s, doubling (sim.willrun)
+        bf_willrun_window_s=WILLRUN_WINDOW_S * speedup if args.willrun else 0.0,
+        bf_willrun_start="batch",  # the replay's Debian 22.05 reports the batch's last end
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,
@@ -217,6 +222,12 @@ def main() -> int:
         dest="slurm_clock",
         action="store_false",
         help="simulate the service's history with exact run lengths, not Slurm's whole seconds",
+    )
+    ap.add_argument(
+        "--exact-willrun",
+        dest="willrun",
+        action="store_false",
+        help="plan blocked jobs at their exact earliest start, not in cons_tres's will-run batches",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

@@ -149,6 +149,26 @@ def test_scheduler_and_backfill_options(tmp_path):
     assert r.exit_code == 0, r.output
 
 
+def test_willrun_window_option_reaches_the_backfill_model(tmp_path):
+    # 4 x 4 GPUs full, limits ending at 1200, 1800, 600 (2 GPUs of the third node) and
+    # 660; an 8-GPU job blocked, then a 2-GPU job (limit 1000) that fits on node 3 now.
+    # Exact: the wide job holds nodes 3-4 from 660 and the 2-GPU job waits; in a batch of
+    # a 600 s window it is planned on nodes 1-2 from 1800 and the 2-GPU job starts at 30
+    csv = tmp_path / "w.csv"
+    csv.write_text(
+        "job_id,num_gpu,submit_time,duration,time_limit\n"
+        "1,4,0,1200,1200\n2,4,0,1800,1800\n3,2,0,600,600\n4,4,0,660,660\n"
+        "5,8,1,1000,3000\n6,2,2,900,1000\n"
+    )
+    base = ["--trace", str(csv), "--nodes", "4", "--gpus-per-node", "4", "--policy", "fifo"]
+    jct = {}
+    for extra in ([], ["--bf-willrun-window", "0"], ["--bf-willrun-window", "600"]):
+        r = run(simulate, [*base, "--no-preemptive", *extra, "--json"])
+        assert r.exit_code == 0, r.output
+        jct[" ".join(extra)] = json.loads(r.output)["avg_jct_s"]
+    assert jct[""] == jct["--bf-willrun-window 0"] > jct["--bf-willrun-window 600"]
+
+
 def test_bad_scheduler_options_are_clear_errors():
     base = ["--trace", TRACE, "--nodes", "1", "--gpus-per-node", "8"]
     for opt, bad in (
@@ -157,6 +177,8 @@ def test_bad_scheduler_options_are_clear_errors():
         ("--bf-interval", "-1"),
         ("--bf-max-job-test", "0"),
         ("--bf-resolution", "x"),
+        ("--bf-willrun-window", "-1"),
+        ("--bf-willrun-start", "last"),
         ("--pass-interval", "-5"),
         ("--checkpoint-interval", "-1"),
         ("--preemptible-fraction", "1.5"),

@@ -178,6 +178,22 @@ def backfill_options(func: F) -> F:
                 show_default=True,
                 help="Seconds reservation times are rounded to (bf_resolution).",
             ),
+            click.option(
+                "--bf-willrun-window",
+                type=click.FloatRange(min=0),
+                default=0.0,
+                show_default=True,
+                help="cons_tres's will-run window: a blocked job's start is learnt from "
+                "running jobs taken off in batches of it, doubling (Slurm: 30; 0: exact).",
+            ),
+            click.option(
+                "--bf-willrun-start",
+                type=click.Choice(["nodes", "batch"]),
+                default="nodes",
+                show_default=True,
+                help="The start a batch reports: the last end on the chosen nodes (Slurm "
+                "25.11) or the batch's last end (22.05).",
+            ),
         )
     ):
         func = option(func)

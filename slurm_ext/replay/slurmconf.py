@@ -19,6 +19,10 @@ SITE_BF_RESOLUTION_S = 60.0  # Slurm's default bf_resolution
 # AuthInfo cred_expire=5, the least Slurm accepts (below 5 it falls back to 120), and
 # 22.05 has no requeue_delay, so 6 s is the floor here; a site's default is 121 s.
 REQUEUE_HOLD_S = 6.0
+# Wall seconds of cons_tres's first will-run window (`time_window` in _future_run_test,
+# select/cons_tres/job_test.c: fixed in the code, doubling per failed test): backfill
+# learns a blocked job's start from running jobs taken off in batches of it
+WILLRUN_WINDOW_S = 30.0
 
 
 def _minutes(seconds: float) -> int:

@@ -7,7 +7,9 @@ in this pass for higher-priority jobs. A job that can start now, for its whole t
 limit, without touching any of those reservations starts now (it is backfilled); any
 other job gets a reservation at its earliest start, if that falls inside `bf_window`.
 Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
-slurmctld does). At most `bf_max_job_test` jobs are looked at per pass.
+slurmctld does). At most `bf_max_job_test` jobs are looked at per pass. With
+`BackfillParams.willrun_window_s` > 0 a blocked job's start and nodes are the ones
+cons_tres's will-run test reports (`sim.willrun.coarse_start`), not the earliest.
 
 The model is per node and per GPU count: a node offers, over a time window, the fewest
 GPUs free at any moment of it. It leaves out cores, memory and licences, advance
@@ -30,6 +32,7 @@ from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.sim.bfprofile import NodeSteps, Profile, node_steps
+from slurm_ext.sim.willrun import coarse_start
 
 __all__ = [
     "BackfillParams",
@@ -51,9 +54,18 @@ class BackfillParams:
     window_s: float = 86400.0  # bf_window (Slurm: minutes, default 1 day)
     max_job_test: int = 500  # bf_max_job_test
     resolution_s: float = 60.0  # bf_resolution
+    # cons_tres's will-run window (30 wall s): a blocked job's start as `sim.willrun`
+    # reports it; 0: the earliest exact start
+    willrun_window_s: float = 0.0
+    willrun_batch_start: bool = False  # report the batch's last end (Slurm up to 23.x)
 
     def __post_init__(self) -> None:
-        if not (self.window_s > 0 and self.resolution_s > 0 and self.max_job_test >= 1):
+        if not (
+            self.window_s > 0
+            and self.resolution_s > 0
+            and self.max_job_test >= 1
+            and self.willrun_window_s >= 0
+        ):
             raise ValueError(f"backfill parameters out of range: {self}")
 
 
@@ -117,6 +129,9 @@ def backfill_pass(
         assert profile is not None
         span = length(c)
         s, alloc = profile.earliest(c, capacity, span, horizon)
+        if alloc and s > base and params.willrun_window_s > 0:
+            window, batch = params.willrun_window_s, params.willrun_batch_start
+            s, alloc = coarse_start(profile, c, capacity, span, horizon, window, batch, s, alloc)
         if alloc and s < horizon:
             profile.reserve(alloc, s, s + span)
             planned.update(n for n, _ in alloc)

@@ -65,7 +65,13 @@ class SlurmPasses:
         if not self._any_fits_now():
             return  # nothing can start now, whatever the reservations
         cl = self.cl
-        params = BackfillParams(cl.bf_window_s, cl.bf_max_job_test, cl.bf_resolution_s)
+        params = BackfillParams(
+            cl.bf_window_s,
+            cl.bf_max_job_test,
+            cl.bf_resolution_s,
+            cl.bf_willrun_window_s,
+            cl.bf_willrun_start == "batch",
+        )
         popped: list[tuple] = []
         try:
             started = backfill_pass(

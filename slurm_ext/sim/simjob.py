@@ -13,6 +13,7 @@ from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.traces import TraceJob
 
 SCHEDULERS = ("slurm", "greedy", "strict")
+WILLRUN_STARTS = ("nodes", "batch")  # bf_willrun_start: Slurm 25.11 / 22.05 (to 23.x)
 
 
 @dataclass
@@ -39,6 +40,14 @@ class SimConfig:
         "strict": the pass stops at the first job that does not fit (sched/builtin).
     bf_window_s, bf_max_job_test, bf_interval_s, bf_resolution_s: Slurm's bf_window (in
         seconds here), bf_max_job_test, bf_interval and bf_resolution ("slurm" only).
+    bf_willrun_window_s: cons_tres's will-run window ("slurm" only): backfill learns a
+        blocked job's start from running jobs taken off in batches of this window,
+        doubling (`sim.willrun`); Slurm's is 30 wall s, so 30 trace s at a site and 30 x
+        X in a replay at speedup X. 0 (the default): the earliest exact start, the model
+        before session 7 (30 moves a 2,000-job run: docs/simulator.md).
+    bf_willrun_start: the start cons_tres reports after a batch: "nodes" (Slurm 25.11)
+        the last end of a removed job on the nodes it chose, "batch" (Slurm 22.05, the
+        replay's, to at least 23.x) the end of the batch's last job.
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
     one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
@@ -81,6 +90,8 @@ class SimConfig:
     bf_max_job_test: int = 500
     bf_interval_s: float = 30.0
     bf_resolution_s: float = 60.0
+    bf_willrun_window_s: float = 0.0
+    bf_willrun_start: str = "nodes"
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
     max_requeues_per_pass: int = 0
@@ -110,6 +121,7 @@ class SimConfig:
             "restart_overhead_s",
             "requeue_delay_s",
             "clock_s",
+            "bf_willrun_window_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -117,6 +129,11 @@ class SimConfig:
         if self.max_requeues_per_pass < 0:
             raise ValueError(
                 f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
+            )
+        if self.bf_willrun_start not in WILLRUN_STARTS:
+            raise ValueError(
+                f"bf_willrun_start must be one of {', '.join(WILLRUN_STARTS)}, "
+                f"got {self.bf_willrun_start!r}"
             )
         if self.bf_max_job_test < 1:
             raise ValueError(f"bf_max_job_test must be >= 1, got {self.bf_max_job_test}")
