@@ -113,7 +113,8 @@ def backfill_pass(
     # starting now fewer GPUs than it has free (jobs started now take from both alike)
     planned: set[str] = set()
 
-    def plan(c: Candidate) -> None:
+    def plan(c: Candidate) -> tuple[float, list[tuple[str, int]]]:
+        """Reserve `c`'s earliest start in the window; (start, GPUs), [] if none."""
         assert profile is not None
         span = length(c)
         s, alloc = profile.earliest(c, capacity, span, horizon)
@@ -122,6 +123,32 @@ def backfill_pass(
             planned.update(n for n, _ in alloc)
             if on_reserve is not None:
                 on_reserve(c.job_id, s)
+            return s, alloc
+        return s, []
+
+    def plan_deferred(
+        c: Candidate, span: float, cpus: tuple[Mapping[str, int], int] | None, room_now: FreeIndex
+    ) -> bool:
+        """Plan the deferred jobs in order while `c` still finds room (`room_now`: what
+        each node gives it now, updated on the nodes each reservation takes before
+        `base + span`); False, with the rest left deferred, once it finds none: it cannot
+        start, and planning the rest may wait for a later job that can (or never be
+        needed). Room only shrinks, so stopping early changes no decision."""
+        assert profile is not None
+        end = base + span
+        for i, d in enumerate(deferred):
+            s, alloc = plan(d)
+            if not alloc or s >= end:
+                continue
+            for n, _ in alloc:
+                f = free_now[n]
+                if f > 0:
+                    room_now.set(n, min(f, profile.window_min(n, base, end)))
+            if choose_gpus(room_now, c.gpus, c.consolidate, cpus) is None:
+                del deferred[: i + 1]
+                return False
+        deferred.clear()
+        return True
 
     def room(span: float) -> FreeIndex:
         """What each node can give now for `span` seconds (reservations so far)."""
@@ -170,11 +197,13 @@ def backfill_pass(
                 }
                 profile = Profile(base, free_now, ends)
         alloc = None
+        room_now = room(span) if deferred else None
         # no room with the reservations made so far: none once the deferred ones are made
-        if not (deferred and planned) or choose_gpus(room(span), c.gpus, c.consolidate, cpus):
-            for d in deferred:
-                plan(d)
-            deferred.clear()
+        if room_now is None or (
+            choose_gpus(room_now, c.gpus, c.consolidate, cpus) is not None
+            and plan_deferred(c, span, cpus, room_now)
+        ):
+            # a fresh index: its node order breaks ties as the pass always has
             alloc = choose_gpus(room(span), c.gpus, c.consolidate, cpus)
         if alloc is None:
             failed.add(shape)
