@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import TYPE_CHECKING
 
 from slurm_ext.sim.backfill import (
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 INF = math.inf
 POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
+# a pass sorts bucket heaps of up to this many entries per `bf_max_job_test` (`_in_order`)
+SORT_PER_JOB_TEST = 4
 
 
 def next_multiple(now: float, step: float) -> float:
@@ -79,8 +81,8 @@ class SlurmPasses:
                 steps=self._node_steps(),
             )
         finally:
-            for b, entry in popped:  # started jobs' entries go stale
-                heappush(self.pending[b], entry)
+            for heap, entry in popped:  # started jobs' entries go stale
+                heappush(heap, entry)
         by_id = self.by_id
         for job_id, alloc in started:
             self._start(by_id[job_id], alloc, now)
@@ -129,21 +131,22 @@ class SlurmPasses:
         return steps
 
     def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
-        """The pending jobs best key first: a merge of the bucket heaps, popping entries as
-        they are read (into `popped`, to be pushed back). It ends once only buckets that
-        cannot fit now are left: their jobs cannot start in this pass, so neither their
-        reservations nor anything after them changes what it starts."""
+        """The pending jobs best key first: a merge of the bucket heaps, each read in
+        order by `_in_order` (entries it pops go into `popped`, to be pushed back). It
+        ends once only buckets that cannot fit now are left: their jobs cannot start in
+        this pass, so neither their reservations nor anything after them changes what it
+        starts."""
         heads = []
+        sort_max = SORT_PER_JOB_TEST * self.cl.bf_max_job_test
         for b, heap in self.pending.items():
-            if self._top(heap, False) is not None:
-                heads.append((heap[0], b))
+            walk = _in_order(heap, popped, sort_max)
+            first = next(walk, None)
+            if first is not None:
+                heads.append((first, b, walk))
         heapify(heads)
-        fit = {b for _, b in heads if self._fits_now(b)}
+        fit = {b for _, b, _ in heads if self._fits_now(b)}
         while heads and fit:
-            entry, b = heappop(heads)
-            heap = self.pending[b]
-            heappop(heap)  # == entry
-            popped.append((b, entry))
+            entry, b, walk = heads[0]
             job = entry[3]
             cand = job.candidate  # what the pass reads of a job never changes: made once
             if cand is None:
@@ -151,7 +154,33 @@ class SlurmPasses:
                 cand = Candidate(job.id, job.gpus, job.must_consolidate, limit, job.cpus_per_gpu)
                 job.candidate = cand
             yield cand
-            if self._top(heap, False) is not None:
-                heappush(heads, (heap[0], b))
+            nxt = next(walk, None)
+            if nxt is not None:
+                heapreplace(heads, (nxt, b, walk))
             else:
+                heappop(heads)
                 fit.discard(b)
+
+
+def _in_order(heap: list[tuple], popped: list[tuple], sort_max: int) -> Iterator[tuple]:
+    """A bucket heap's live entries, best first. A heap of at most `sort_max` entries is
+    sorted in place and read without popping (a sorted list is still a heap, and the next
+    sort, a few pushes later, is near-linear): a pass in a backlog reads most of a bucket,
+    and popping and pushing back each entry cost twice the sort. A larger one (a backlog
+    far beyond `bf_max_job_test`, of which a pass reads at most that many) is popped as
+    read, into `popped` with its heap; stale entries are dropped either way, as `_top` does."""
+    if len(heap) <= sort_max:
+        heap.sort()
+        live = [
+            e for e in heap if e[1] == e[3].key_ver and not e[3].running and e[3].finish is None
+        ]
+        if len(live) < len(heap):
+            heap[:] = live
+        yield from live
+        return
+    while heap:
+        e = heappop(heap)
+        job = e[3]
+        if e[1] == job.key_ver and not job.running and job.finish is None:
+            popped.append((heap, e))
+            yield e
