@@ -75,6 +75,7 @@ def _reference_pass(now, cands, free, ends, cap, params):
         p.times[n], p.frees[n] = _steps_by_hand(base, free[n], rounded)
     # every node "touched": the multi-node sweep walks every node's steps
     p.pos, p.changed, p.touched = {n: i for i, n in enumerate(p.nodes)}, [], set(range(len(free)))
+    p.ready_at, p.opens_at = {}, {}  # the untouched nodes' answers: none here
     free_now, started, reserved = dict(free), [], []
     if sum(free.values()) <= 0:
         return started, reserved

@@ -105,6 +105,9 @@ class Profile:
         self.times: dict[str, list[float]] = _Lazy(partial(_times, steps, base))
         self.frees: dict[str, list[int]] = _Lazy(partial(_frees, steps, base))
         self.ready: list[tuple[float, ...]] = [st.ready for st in steps.values()]
+        # the untouched nodes' answers, per (GPUs, before): `_single_earliest`, `_earliest_nodes`
+        self.ready_at: dict[tuple[int, float], list[float]] = {}
+        self.opens_at: dict[tuple[int, float], list[tuple[float, int, int]]] = {}
 
     def window_min(self, node: str, start: float, end: float) -> int:
         """Fewest GPUs free on `node` at any moment of [start, end)."""
@@ -191,18 +194,22 @@ class Profile:
 
     def _single_earliest(self, gpus: int, length: float, before: float) -> list[float]:
         """`node_earliest` of every node; a node no reservation took has free GPUs that
-        never fall, so its answer is when it first has `gpus` free (`NodeSteps.ready`)."""
-        base, touched, ready = self.base, self.touched, self.ready
-        vals = []
-        for p, n in enumerate(self.nodes):
-            if p in touched:
-                vals.append(self.node_earliest(n, gpus, length, before))
-                continue
-            r = ready[p]
-            t = r[gpus] if gpus < len(r) else INF
-            if t < base:
-                t = base
-            vals.append(t if t < before else INF)
+        never fall, so its answer is when it first has `gpus` free (`NodeSteps.ready`),
+        whatever the length: those answers are kept per (GPUs, before) for the pass
+        (`ready_at`), and only the reserved nodes are walked for each length."""
+        vals = self.ready_at.get((gpus, before))
+        if vals is None:
+            base, vals = self.base, []
+            for r in self.ready:
+                t = r[gpus] if gpus < len(r) else INF
+                if t < base:
+                    t = base
+                vals.append(t if t < before else INF)
+            self.ready_at[(gpus, before)] = vals
+        vals = vals.copy()
+        nodes = self.nodes
+        for p in self.touched:
+            vals[p] = self.node_earliest(nodes[p], gpus, length, before)
         return vals
 
     def _earliest_nodes(
@@ -212,17 +219,24 @@ class Profile:
         share, ceil(gpus / m), free for `length` from a common start (a sweep over each
         node's runs of enough free GPUs)."""
         share = -(-gpus // m)
-        events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
-        base, touched, ready = self.base, self.touched, self.ready
-        for pos, n in enumerate(self.nodes):
-            if pos not in touched:  # free GPUs never fall: one run, from `ready` on
-                r = ready[pos]
+        # (time, 0: opens / 1: closes, node); a node no reservation took has free GPUs
+        # that never fall: one run from `ready` on that never closes, the same for every
+        # length, so kept per (share, before) for the pass, sorted (`opens_at`)
+        opens = self.opens_at.get((share, before))
+        if opens is None:
+            base, opens = self.base, []
+            for pos, r in enumerate(self.ready):
                 t = r[share] if share < len(r) else INF
                 if t < base:
                     t = base
                 if t < before:
-                    events.append((t, 0, pos))  # it never closes (before inf: no close)
-                continue
+                    opens.append((t, 0, pos))
+            opens.sort()
+            self.opens_at[(share, before)] = opens
+        touched = self.touched
+        events = [e for e in opens if e[2] not in touched] if touched else opens.copy()
+        for pos in touched:
+            n = self.nodes[pos]
             times, frees = self.times[n], self.frees[n]
             k, i = len(times), 0
             while i < k and times[i] < before:
