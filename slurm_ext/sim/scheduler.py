@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heappush, heapreplace
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from slurm_ext.sim.backfill import (
@@ -31,6 +32,7 @@ INF = math.inf
 POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
 # a pass sorts bucket heaps of up to this many entries per `bf_max_job_test` (`_in_order`)
 SORT_PER_JOB_TEST = 4
+_first = itemgetter(0)
 
 
 def next_multiple(now: float, step: float) -> float:
@@ -164,19 +166,20 @@ class SlurmPasses:
 
 def _in_order(heap: list[tuple], popped: list[tuple], sort_max: int) -> Iterator[tuple]:
     """A bucket heap's live entries, best first. A heap of at most `sort_max` entries is
-    sorted in place and read without popping (a sorted list is still a heap, and the next
-    sort, a few pushes later, is near-linear): a pass in a backlog reads most of a bucket,
-    and popping and pushing back each entry cost twice the sort. A larger one (a backlog
-    far beyond `bf_max_job_test`, of which a pass reads at most that many) is popped as
-    read, into `popped` with its heap; stale entries are dropped either way, as `_top` does."""
+    sorted in place and read without popping (a pass in a backlog reads most of a bucket,
+    and popping and pushing back each entry cost twice the sort; the next sort, a few
+    pushes later, is near-linear). It is sorted by key alone, faster: live entries have
+    distinct keys (the job id is the last field), so they keep the heap's order; a stale
+    entry with its job's live key may come first, which leaves the heap valid against
+    every other entry, and it is dropped when it comes to the top (`_top`). A larger heap
+    (a backlog far beyond `bf_max_job_test`, of which a pass reads at most that many) is
+    popped as read, into `popped` with its heap; stale entries are dropped."""
     if len(heap) <= sort_max:
-        heap.sort()
-        live = [
-            e for e in heap if e[1] == e[3].key_ver and not e[3].running and e[3].finish is None
-        ]
-        if len(live) < len(heap):
-            heap[:] = live
-        yield from live
+        heap.sort(key=_first)
+        for e in heap:
+            job = e[3]
+            if e[1] == job.key_ver and not job.running and job.finish is None:
+                yield e
         return
     while heap:
         e = heappop(heap)
