@@ -75,7 +75,7 @@ def _reference_pass(now, cands, free, ends, cap, params):
         p.times[n], p.frees[n] = _steps_by_hand(base, free[n], rounded)
     # every node "touched": the multi-node sweep walks every node's steps
     p.pos, p.changed, p.touched = {n: i for i, n in enumerate(p.nodes)}, [], set(range(len(free)))
-    p.ready_at, p.opens_at, p.total, p.any_from = {}, {}, None, {}  # per-pass caches
+    p.ready_at, p.opens_at, p.any = {}, {}, None  # the per-pass caches: none here
     free_now, started, reserved = dict(free), [], []
     if sum(free.values()) <= 0:
         return started, reserved
@@ -222,9 +222,9 @@ def test_ready_table_is_right_after_ends_already_past():
 
 @pytest.mark.parametrize("seed", range(40))
 def test_sliding_minimum_is_window_min(seed):
-    """`_SlidingMin` (the any-node earliest start's per-node minimum) gives
+    """`SlidingMin` (the any-node earliest start's per-node minimum) gives
     `Profile.window_min` for windows whose start and end only move forward."""
-    from slurm_ext.sim.bfprofile import _SlidingMin
+    from slurm_ext.sim.bfany import SlidingMin
 
     rng = random.Random(seed)
     base = 600.0
@@ -236,7 +236,7 @@ def test_sliding_minimum_is_window_min(seed):
         if p.window_min("n", t, t + 300) >= g:
             p.reserve([("n", g)], t, t + 300)  # reservations dip the step function
     times = p.times["n"]
-    slider = _SlidingMin(times, p.frees["n"])
+    slider = SlidingMin(times, p.frees["n"])
     start, length = base, rng.choice([60.0, 600.0, 5000.0])
     for _ in range(30):
         start += rng.choice([0.0, 30.0, 60.0, 400.0])

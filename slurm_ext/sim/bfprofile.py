@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy.placement import min_nodes
+from slurm_ext.sim.bfany import AnyNodes
 
 if TYPE_CHECKING:
     from slurm_ext.sim.backfill import Candidate
@@ -109,10 +109,8 @@ class Profile:
         # the untouched nodes' answers, per (GPUs, before): `_single_earliest`, `_earliest_nodes`
         self.ready_at: dict[tuple[int, float], list[float]] = {}
         self.opens_at: dict[tuple[int, float], list[tuple[float, int, int]]] = {}
-        # every node's step times, and all nodes' free GPUs together, once a job that may
-        # take any nodes asks (`_earliest_any`), then kept up by `reserve`
-        self.total: tuple[list[float], list[float], list[int]] | None = None
-        self.any_from: dict[tuple[int, float], float] = {}  # (GPUs, length) -> last answer
+        # for jobs that may take any nodes, once one asks; then kept up by `reserve`
+        self.any: AnyNodes | None = None
 
     def window_min(self, node: str, start: float, end: float) -> int:
         """Fewest GPUs free on `node` at any moment of [start, end)."""
@@ -182,53 +180,9 @@ class Profile:
             out = self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
             self.multi[key] = (out, len(self.changed))
             return out
-        return self._earliest_any(c.gpus, length, before)
-
-    def _earliest_any(
-        self, gpus: int, length: float, before: float
-    ) -> tuple[float, list[tuple[str, int]]]:
-        """A job that may take GPUs on any nodes: the first step start (< before) from
-        which the nodes' fewest free GPUs over [start, start + length) add up to `gpus`,
-        its GPUs from the nodes offering most (node order among equals).
-
-        Each node's fewest is a sliding minimum (`_SlidingMin`), as both ends of the
-        window only move forward; and a start is tried on the nodes only if the fewest
-        free GPUs of all nodes together over the window reach `gpus` (the sum of the
-        nodes' minima is at most the minimum of their sum), which the profile keeps up
-        with its reservations (`total`). A `window_min` per node and start, over step
-        lists that grow with each reservation, made a pass quadratic in them (spread
-        placement: 48 CPU s for 10,000 jobs on 64 GPUs, 4 this way)."""
-        nodes = self.nodes
-        if self.total is None:
-            self.total = _total([(self.times[n], self.frees[n]) for n in nodes])
-        starts, total_times, total_frees = self.total
-        total = _SlidingMin(total_times, total_frees)
-        per_node: list[_SlidingMin] = []  # made at the first start the total allows
-        cut = bisect_left(starts, before)
-        # none before this shape's last answer: a start it passed over had too few GPUs,
-        # and reservations since only take some; a start they added in between offered
-        # no more then than the start before it (no node's steps change between the two,
-        # and its window reaches further), so no more now
-        first = bisect_left(starts, self.any_from.get((gpus, length), -INF))
-        for s in starts[first:cut]:
-            end = s + length
-            if total.fewest(s, end) < gpus:
-                continue
-            if not per_node:
-                per_node = [_SlidingMin(self.times[n], self.frees[n]) for n in nodes]
-            offers = [m.fewest(s, end) for m in per_node]
-            if sum(offers) >= gpus:
-                self.any_from[(gpus, length)] = s
-                ranked = sorted(zip(offers, nodes), key=lambda o: -o[0])  # stable: node order
-                alloc, left = [], gpus
-                for o, n in ranked:
-                    if left <= 0 or o <= 0:
-                        break
-                    alloc.append((n, min(o, left)))
-                    left -= alloc[-1][1]
-                return s, alloc
-        self.any_from[(gpus, length)] = before
-        return INF, []
+        if self.any is None:  # a job that may take GPUs on any nodes (sim/bfany.py)
+            self.any = AnyNodes([(self.times[n], self.frees[n]) for n in self.nodes])
+        return self.any.earliest(self.nodes, self.times, self.frees, c.gpus, length, before)
 
     def _single_earliest(self, gpus: int, length: float, before: float) -> list[float]:
         """`node_earliest` of every node; a node no reservation took has free GPUs that
@@ -306,19 +260,8 @@ class Profile:
 
     def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
         """Take `alloc`'s GPUs over [start, end)."""
-        if self.total is not None:  # the same on all nodes' steps together
-            starts, times, frees = self.total
-            for t in (start, end):
-                k = bisect_left(starts, t)
-                if k == len(starts) or starts[k] != t:
-                    starts.insert(k, t)
-                i = bisect_right(times, t) - 1
-                if times[i] != t:
-                    times.insert(i + 1, t)
-                    frees.insert(i + 1, frees[i])
-            g = sum(g for _, g in alloc)
-            for k in range(bisect_left(times, start), bisect_left(times, end)):
-                frees[k] -= g
+        if self.any is not None:
+            self.any.take(sum(g for _, g in alloc), start, end)
         for n, g in alloc:
             p = self.pos[n]
             self.changed.append(p)
@@ -351,53 +294,3 @@ def _times(steps: Mapping[str, NodeSteps], base: float, node: str) -> list[float
 def _frees(steps: Mapping[str, NodeSteps], base: float, node: str) -> list[int]:
     st = steps[node]
     return list(st.frees[_past(st, base) :])
-
-
-def _total(
-    steps: list[tuple[list[float], list[int]]],
-) -> tuple[list[float], list[float], list[int]]:
-    """(every step time, ascending; then all nodes' free GPUs together as a step function
-    from -inf: its times and frees), from the nodes' (times, frees). Each node's first
-    step counts from -inf, as `window_min` clamps a start before it."""
-    delta: dict[float, int] = {}
-    for times, frees in steps:
-        for i in range(1, len(times)):
-            delta[times[i]] = delta.get(times[i], 0) + frees[i] - frees[i - 1]
-    total_times, total_frees = [-INF], [sum(frees[0] for _, frees in steps)]
-    for t in sorted(delta):
-        total_times.append(t)
-        total_frees.append(total_frees[-1] + delta[t])
-    starts = sorted({t for times, _ in steps for t in times})
-    return starts, total_times, total_frees
-
-
-class _SlidingMin:
-    """The fewest free GPUs of a step function (times ascending, frees) over windows
-    [start, end) whose start and end never move back: a deque of the steps in the
-    window with increasing free GPUs, so each step enters and leaves once. The same
-    value as `Profile.window_min` (a start before the first step counts from it)."""
-
-    __slots__ = ("times", "frees", "lo", "hi", "dq")
-
-    def __init__(self, times: list[float], frees: list[int]) -> None:
-        self.times, self.frees = times, frees
-        self.lo = self.hi = 0  # the step under the start; the first step not yet in
-        self.dq: deque[int] = deque()
-
-    def fewest(self, start: float, end: float) -> int:
-        times, frees, dq = self.times, self.frees, self.dq
-        k, h = len(times), self.hi
-        while h < k and (h == 0 or times[h] < end):  # steps that begin before `end` enter
-            f = frees[h]
-            while dq and frees[dq[-1]] >= f:
-                dq.pop()
-            dq.append(h)
-            h += 1
-        self.hi = h
-        i = self.lo
-        while i + 1 < k and times[i + 1] <= start:
-            i += 1
-        self.lo = i
-        while dq[0] < i:  # steps that ended by the start leave
-            dq.popleft()
-        return frees[dq[0]]
