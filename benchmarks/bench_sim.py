@@ -9,6 +9,8 @@
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --loads 0.9,1.0,1.05
 
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes philly,wide,bursty
+    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes mixed
+    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes philly --loads 1.2
     .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes users --loads 1.0
 
 Quality: the shipped Tiresias 60-job trace (8 GPUs) and seeded Philly-like synthetic
@@ -157,7 +159,17 @@ def bursty(jobs: list[TraceJob], period: float = 6 * 3600.0) -> list[TraceJob]:
     ]
 
 
-SHAPES = {"philly": lambda jobs: jobs, "wide": wide, "bursty": bursty}
+def mixed(jobs: list[TraceJob]) -> list[TraceJob]:
+    """Very wide jobs among the small ones (same load): 1-GPU jobs as they are, every
+    multi-GPU job four times wider for a quarter of the time (8-64 GPUs, up to 8 whole
+    nodes), so over half of the work is multi-node and the clearing and the backfill
+    reservations span many nodes."""
+    return [
+        j if j.gpus == 1 else replace(j, gpus=4 * j.gpus, duration_s=j.duration_s / 4) for j in jobs
+    ]
+
+
+SHAPES = {"philly": lambda jobs: jobs, "wide": wide, "bursty": bursty, "mixed": mixed}
 # `users`: not a reshaping of the flat trace but the other generator, `trace synth`'s
 # default (sim/users.py: recurring users' kinds, their own time limits, half the kinds
 # checkpointing, so only those may be preempted); issue 13's example at load 1.0

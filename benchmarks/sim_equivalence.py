@@ -7,8 +7,8 @@
 
 A speed change must not change any decision, so each case hashes every job's first
 start, finish, preemption count and timeout flag, plus the run's preemption and event
-counts (`Simulator.seq`). Cases: the `bench_sim` speed shapes (philly, wide, bursty at
-seeds 1 and 3, and users) on 125 x 8 GPUs, and a smaller trace on 8 x 8 GPUs under
+counts (`Simulator.seq`). Cases: the `bench_sim` speed shapes (philly, wide, bursty,
+mixed at seeds 1 and 3, and users) on 125 x 8 GPUs, and a smaller trace on 8 x 8 GPUs under
 every policy x scheduler and a few mechanics (no preemption, a preemptible fraction
 with checkpoints, a pass interval, CPUs, spread placement, the all-preemptible
 clearing tables, one preemption per pass, a requeue cap).

@@ -55,3 +55,37 @@ def test_grid_prefixes_as_default_grid() -> None:
     for start, per_decade in ((60.0, 4), (7.5, 3), (60.0, 10)):
         for top in tops:
             assert _grid(start, per_decade, top) == tuple(default_grid(start, per_decade, top))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("classes", ["gpus", "pooled"])
+def test_build_table_lazy_gives_the_same_tables(seed: int, classes: str) -> None:
+    """`build_table(..., lazy=True)` (the simulator's refreshes): the pooled and class
+    tables' cells computed as read, the same values and index per kind as built whole."""
+    from slurm_ext.policy import PolicyConfig
+    from slurm_ext.policy.kinds import Completed
+    from slurm_ext.policy.tables import build_table
+
+    rng = random.Random(seed)
+    history = [
+        Completed(
+            g, s * g, f"u{rng.randrange(4)}", f"n{rng.randrange(3)}", "", rng.choice([None, 3600.0])
+        )
+        for s, g in zip(_samples(seed), rng.choices([1, 2, 4, 8], k=410), strict=True)
+    ]
+    cfg = PolicyConfig(gittins_classes=classes, gittins_class_min_samples=50)
+    want, got = build_table(history, cfg), build_table(history, cfg, lazy=True)
+    assert want is not None and got is not None and isinstance(got, LazyGittinsTable)
+    pairs = [(got, want)] + [(got.for_gpus(g), want.for_gpus(g)) for g in (1, 2, 4, 8)]
+    if classes == "gpus":
+        assert want.classes and set(got.classes or ()) == set(want.classes)
+    for g_table, w_table in pairs:
+        assert g_table.grid == w_table.grid and g_table.samples == w_table.samples
+        for a in (0.0, 59.0, 600.0, 1e4, 1e6, 1e9):
+            assert g_table.step(a) == w_table.step(a)
+        assert tuple(g_table.values) == tuple(w_table.values)
+    for c in history[:40]:  # each kind's choice reads the same index
+        gc = got.kinds.choose(c.gpus, c.user, c.name, c.account, c.time_limit_s)  # type: ignore[union-attr]
+        wc = want.kinds.choose(c.gpus, c.user, c.name, c.account, c.time_limit_s)  # type: ignore[union-attr]
+        for a in (0.0, 600.0, 1e5):
+            assert gc.pick(a).step(a) == wc.pick(a).step(a)

@@ -75,6 +75,7 @@ def _reference_pass(now, cands, free, ends, cap, params):
         p.times[n], p.frees[n] = _steps_by_hand(base, free[n], rounded)
     # every node "touched": the multi-node sweep walks every node's steps
     p.pos, p.changed, p.touched = {n: i for i, n in enumerate(p.nodes)}, [], set(range(len(free)))
+    p.ready_at, p.opens_at, p.any = {}, {}, None  # the per-pass caches: none here
     free_now, started, reserved = dict(free), [], []
     if sum(free.values()) <= 0:
         return started, reserved
@@ -217,3 +218,49 @@ def test_ready_table_is_right_after_ends_already_past():
     assert p._single_earliest(4, 100.0, 1e9) == [1200.0]
     assert p._single_earliest(5, 100.0, 1e9) == [INF]
     assert bisect_right(p.times["n"], 900.0) == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sliding_minimum_is_window_min(seed):
+    """`SlidingMin` (the any-node earliest start's per-node minimum) gives
+    `Profile.window_min` for windows whose start and end only move forward."""
+    from slurm_ext.sim.bfany import SlidingMin
+
+    rng = random.Random(seed)
+    base = 600.0
+    ends = [
+        (base + rng.choice([60.0, 120.0, 600.0, 1800.0, INF]), rng.randint(1, 3)) for _ in range(6)
+    ]
+    p = Profile(base, {"n": rng.randint(0, 2)}, {"n": ends})
+    for t, g in [(rng.uniform(base, base + 3000), rng.randint(1, 2)) for _ in range(3)]:
+        if p.window_min("n", t, t + 300) >= g:
+            p.reserve([("n", g)], t, t + 300)  # reservations dip the step function
+    times = p.times["n"]
+    slider = SlidingMin(times, p.frees["n"])
+    start, length = base, rng.choice([60.0, 600.0, 5000.0])
+    for _ in range(30):
+        start += rng.choice([0.0, 30.0, 60.0, 400.0])
+        length += rng.choice([0.0, 0.0, 100.0])  # the end moves forward too
+        assert slider.fewest(start, start + length) == p.window_min("n", start, start + length)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_any_node_earliest_with_reservations_in_between(seed):
+    """A job that may take any nodes: the profile's answer (sliding minima, all nodes'
+    total, the last answer per shape as a lower bound) is the reference's, asked again
+    and again for a few shapes while reservations land in between."""
+    rng = random.Random(seed)
+    cap, base = 4, 600.0
+    free, ends = {}, {}
+    for n in (f"n{i}" for i in range(rng.randint(2, 6))):
+        ends[n] = [(base + rng.choice([60.0, 300.0, 900.0, 3600.0]), rng.randint(1, 2))]
+        free[n] = cap - sum(g for _, g in ends[n])
+    p = Profile(base, free, ends)
+    shapes = [(rng.choice([1, 2, 3, 5, 7]), rng.choice([60.0, 600.0, 1800.0])) for _ in range(3)]
+    for i in range(25):
+        gpus, length = rng.choice(shapes)
+        c = Candidate(i, gpus, False, length)
+        want = _ref_earliest(p, c, cap, length, base + 86400.0)
+        assert p.earliest(c, cap, length, base + 86400.0) == want
+        if want[1]:
+            p.reserve(want[1], want[0], want[0] + length)

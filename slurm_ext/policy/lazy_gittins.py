@@ -66,6 +66,25 @@ class LazyGittinsTable(GittinsTable):
         object.__setattr__(self, "ranked", ranked)
         object.__setattr__(self, "_ranked_got", ranked._got)
 
+    @classmethod
+    def from_samples(
+        cls,
+        samples: Sequence[float],
+        start: float = 60.0,
+        per_decade: int = 4,
+        whole: bool = False,
+    ) -> GittinsTable:
+        """`GittinsTable.from_samples`, its cells computed as they are read (so
+        `from_history` builds the pooled and class tables this way too): a refresh of
+        a long run's history built them whole, yet the ranking reads few of their cells
+        (a job reads its kind's table first)."""
+        table = None if whole else SortedSamples(samples).table(None, start, per_decade)
+        return (
+            table
+            if table is not None
+            else GittinsTable.from_samples(samples, start, per_decade, whole)
+        )
+
     def step(self, attained: float) -> tuple[float, float]:
         """`GittinsTable.step`, reading a computed cell without a method call."""
         grid = self.grid

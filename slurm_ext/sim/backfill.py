@@ -118,25 +118,57 @@ def backfill_pass(
     started: list[tuple[int, list[tuple[str, int]]]] = []
     deferred: list[Candidate] = []  # blocked jobs whose reservation is not planned yet
 
+    spans: dict[float, float] = {}  # time limit -> rounded up to `bf_resolution`
+
     def length(c: Candidate) -> float:
-        return round_up(c.limit_s, res)
+        span = spans.get(c.limit_s)
+        if span is None:
+            span = spans[c.limit_s] = round_up(c.limit_s, res)
+        return span
 
     # nodes a reservation for a blocked job took: only there can a node offer a job
     # starting now fewer GPUs than it has free (jobs started now take from both alike)
     planned: set[str] = set()
 
-    def plan(c: Candidate) -> None:
+    def plan_deferred(
+        c: Candidate, span: float, cpus: tuple[Mapping[str, int], int] | None, room_now: FreeIndex
+    ) -> FreeIndex | None:
+        """Plan the deferred jobs in order (each at its earliest start in the window)
+        while `c` still finds room (`room_now`: what each node gives it now, updated on
+        the nodes each reservation takes before `base + span`); None, with the rest
+        left deferred, once it finds none: it cannot start, and planning the rest may
+        wait for a later job that can (or never be needed). Room only shrinks, so
+        stopping early changes no decision. Else what each node gives `c` now: `room_now`
+        if no reservation changed it, else afresh (its node order breaks ties)."""
         assert profile is not None
-        span = length(c)
-        s, alloc = profile.earliest(c, capacity, span, horizon)
-        if alloc and s > base and params.willrun_window_s > 0:
-            window, batch = params.willrun_window_s, params.willrun_batch_start
-            s, alloc = coarse_start(profile, c, capacity, span, horizon, window, batch, s, alloc)
-        if alloc and s < horizon:
-            profile.reserve(alloc, s, s + span)
+        end = base + span
+        changed = False
+        for i, d in enumerate(deferred):
+            d_span = length(d)
+            s, alloc = profile.earliest(d, capacity, d_span, horizon)
+            if alloc and s > base and params.willrun_window_s > 0:
+                window, batch = params.willrun_window_s, params.willrun_batch_start
+                s, alloc = coarse_start(
+                    profile, d, capacity, d_span, horizon, window, batch, s, alloc
+                )
+            if not alloc or s >= horizon:
+                continue
+            profile.reserve(alloc, s, s + d_span)
             planned.update(n for n, _ in alloc)
             if on_reserve is not None:
-                on_reserve(c.job_id, s)
+                on_reserve(d.job_id, s)
+            if s >= end or not any(free_now[n] for n, _ in alloc):
+                continue
+            for n, _ in alloc:
+                f = free_now[n]
+                if f > 0:
+                    room_now.set(n, min(f, profile.window_min(n, base, end)))
+            changed = True
+            if choose_gpus(room_now, c.gpus, c.consolidate, cpus) is None:
+                del deferred[: i + 1]
+                return None
+        deferred.clear()
+        return room(span) if changed else room_now
 
     def room(span: float) -> FreeIndex:
         """What each node can give now for `span` seconds (reservations so far)."""
@@ -184,13 +216,15 @@ def backfill_pass(
                     for n in free_now
                 }
                 profile = Profile(base, free_now, ends)
-        alloc = None
+        room_now = room(span)
+        alloc = choose_gpus(room_now, c.gpus, c.consolidate, cpus)
         # no room with the reservations made so far: none once the deferred ones are made
-        if not (deferred and planned) or choose_gpus(room(span), c.gpus, c.consolidate, cpus):
-            for d in deferred:
-                plan(d)
-            deferred.clear()
-            alloc = choose_gpus(room(span), c.gpus, c.consolidate, cpus)
+        if alloc is not None and deferred:
+            after = plan_deferred(c, span, cpus, room_now)
+            if after is None:
+                alloc = None
+            elif after is not room_now:  # a reservation took some of its room
+                alloc = choose_gpus(after, c.gpus, c.consolidate, cpus)
         if alloc is None:
             failed.add(shape)
             deferred.append(c)

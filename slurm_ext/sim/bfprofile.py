@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy.placement import min_nodes
+from slurm_ext.sim.bfany import AnyNodes
 
 if TYPE_CHECKING:
     from slurm_ext.sim.backfill import Candidate
@@ -105,6 +106,11 @@ class Profile:
         self.times: dict[str, list[float]] = _Lazy(partial(_times, steps, base))
         self.frees: dict[str, list[int]] = _Lazy(partial(_frees, steps, base))
         self.ready: list[tuple[float, ...]] = [st.ready for st in steps.values()]
+        # the untouched nodes' answers, per (GPUs, before): `_single_earliest`, `_earliest_nodes`
+        self.ready_at: dict[tuple[int, float], list[float]] = {}
+        self.opens_at: dict[tuple[int, float], list[tuple[float, int, int]]] = {}
+        # for jobs that may take any nodes, once one asks; then kept up by `reserve`
+        self.any: AnyNodes | None = None
 
     def window_min(self, node: str, start: float, end: float) -> int:
         """Fewest GPUs free on `node` at any moment of [start, end)."""
@@ -174,35 +180,28 @@ class Profile:
             out = self._earliest_nodes(c.gpus, min_nodes(c.gpus, capacity), length, before)
             self.multi[key] = (out, len(self.changed))
             return out
-        m = len(self.nodes)
-        starts = sorted({t for n in self.nodes for t in self.times[n] if t < before})
-        for s in starts:
-            offers = [(self.window_min(n, s, s + length), n) for n in self.nodes]
-            best_offers = sorted(offers, key=lambda o: -o[0])[:m]  # stable: node order
-            if sum(o for o, _ in best_offers) >= c.gpus:
-                alloc, left = [], c.gpus
-                for o, n in best_offers:
-                    if left <= 0 or o <= 0:
-                        break
-                    alloc.append((n, min(o, left)))
-                    left -= alloc[-1][1]
-                return s, alloc
-        return INF, []
+        if self.any is None:  # a job that may take GPUs on any nodes (sim/bfany.py)
+            self.any = AnyNodes([(self.times[n], self.frees[n]) for n in self.nodes])
+        return self.any.earliest(self.nodes, self.times, self.frees, c.gpus, length, before)
 
     def _single_earliest(self, gpus: int, length: float, before: float) -> list[float]:
         """`node_earliest` of every node; a node no reservation took has free GPUs that
-        never fall, so its answer is when it first has `gpus` free (`NodeSteps.ready`)."""
-        base, touched, ready = self.base, self.touched, self.ready
-        vals = []
-        for p, n in enumerate(self.nodes):
-            if p in touched:
-                vals.append(self.node_earliest(n, gpus, length, before))
-                continue
-            r = ready[p]
-            t = r[gpus] if gpus < len(r) else INF
-            if t < base:
-                t = base
-            vals.append(t if t < before else INF)
+        never fall, so its answer is when it first has `gpus` free (`NodeSteps.ready`),
+        whatever the length: those answers are kept per (GPUs, before) for the pass
+        (`ready_at`), and only the reserved nodes are walked for each length."""
+        vals = self.ready_at.get((gpus, before))
+        if vals is None:
+            base, vals = self.base, []
+            for r in self.ready:
+                t = r[gpus] if gpus < len(r) else INF
+                if t < base:
+                    t = base
+                vals.append(t if t < before else INF)
+            self.ready_at[(gpus, before)] = vals
+        vals = vals.copy()
+        nodes = self.nodes
+        for p in self.touched:
+            vals[p] = self.node_earliest(nodes[p], gpus, length, before)
         return vals
 
     def _earliest_nodes(
@@ -212,17 +211,24 @@ class Profile:
         share, ceil(gpus / m), free for `length` from a common start (a sweep over each
         node's runs of enough free GPUs)."""
         share = -(-gpus // m)
-        events: list[tuple[float, int, int]] = []  # (time, 0: opens / 1: closes, node)
-        base, touched, ready = self.base, self.touched, self.ready
-        for pos, n in enumerate(self.nodes):
-            if pos not in touched:  # free GPUs never fall: one run, from `ready` on
-                r = ready[pos]
+        # (time, 0: opens / 1: closes, node); a node no reservation took has free GPUs
+        # that never fall: one run from `ready` on that never closes, the same for every
+        # length, so kept per (share, before) for the pass, sorted (`opens_at`)
+        opens = self.opens_at.get((share, before))
+        if opens is None:
+            base, opens = self.base, []
+            for pos, r in enumerate(self.ready):
                 t = r[share] if share < len(r) else INF
                 if t < base:
                     t = base
                 if t < before:
-                    events.append((t, 0, pos))  # it never closes (before inf: no close)
-                continue
+                    opens.append((t, 0, pos))
+            opens.sort()
+            self.opens_at[(share, before)] = opens
+        touched = self.touched
+        events = [e for e in opens if e[2] not in touched] if touched else opens.copy()
+        for pos in touched:
+            n = self.nodes[pos]
             times, frees = self.times[n], self.frees[n]
             k, i = len(times), 0
             while i < k and times[i] < before:
@@ -254,6 +260,8 @@ class Profile:
 
     def reserve(self, alloc: Sequence[tuple[str, int]], start: float, end: float) -> None:
         """Take `alloc`'s GPUs over [start, end)."""
+        if self.any is not None:
+            self.any.take(sum(g for _, g in alloc), start, end)
         for n, g in alloc:
             p = self.pos[n]
             self.changed.append(p)

@@ -167,7 +167,7 @@ class KeyedQueues:
                 (j.gpus, j.attained + j.gpus * (now - j.start) if j.running else j.attained)
                 for j in active
             ]
-        self.table = build_table(list(self.history), self.cfg, censored)
+        self.table = build_table(list(self.history), self.cfg, censored, lazy=True)
         self.choices.clear()
         self.since_refresh = 0
         self.pending = {}

@@ -11,8 +11,11 @@ would start nothing. The pass itself is `sim.backfill.backfill_pass`, a pure fun
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
-from heapq import heapify, heappop, heappush
+from bisect import bisect_right
+from collections.abc import Iterable
+from heapq import heappop, heappush
+from itertools import islice
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from slurm_ext.sim.backfill import (
@@ -29,6 +32,9 @@ if TYPE_CHECKING:
 
 INF = math.inf
 POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
+# a pass sorts bucket heaps of up to this many entries per `bf_max_job_test` (`_in_order`)
+SORT_PER_JOB_TEST = 4
+_first = itemgetter(0)
 
 
 def next_multiple(now: float, step: float) -> float:
@@ -72,21 +78,16 @@ class SlurmPasses:
             cl.bf_willrun_window_s,
             cl.bf_willrun_start == "batch",
         )
-        popped: list[tuple] = []
-        try:
-            started = backfill_pass(
-                now,
-                self._candidates(popped),
-                self.idx.free,
-                self._node_ends,
-                self.idx.capacity,
-                params,
-                self.free_cpus,
-                steps=self._node_steps(),
-            )
-        finally:
-            for b, entry in popped:  # started jobs' entries go stale
-                heappush(self.pending[b], entry)
+        started = backfill_pass(
+            now,
+            self._candidates(),
+            self.idx.free,
+            self._node_ends,
+            self.idx.capacity,
+            params,
+            self.free_cpus,
+            steps=self._node_steps(),
+        )
         by_id = self.by_id
         for job_id, alloc in started:
             self._start(by_id[job_id], alloc, now)
@@ -134,30 +135,60 @@ class SlurmPasses:
         stale.clear()
         return steps
 
-    def _candidates(self: Simulator, popped: list[tuple]) -> Iterator[Candidate]:
-        """The pending jobs best key first: a merge of the bucket heaps, popping entries as
-        they are read (into `popped`, to be pushed back). It ends once only buckets that
-        cannot fit now are left: their jobs cannot start in this pass, so neither their
+    def _candidates(self: Simulator) -> list[Candidate]:
+        """The pending jobs a pass may read, best key first: at most `bf_max_job_test`
+        of them, so each bucket's first that many (`_first_live`), merged by one sort
+        (of sorted runs: a merge in C). The list ends after the last job of a bucket that
+        can fit now: the jobs after it cannot start in this pass, so neither their
         reservations nor anything after them changes what it starts."""
-        heads = []
+        most = self.cl.bf_max_job_test
+        sort_max = SORT_PER_JOB_TEST * most
+        merged: list[tuple] = []
+        last_fit: tuple | None = None  # the greatest key among the fitting buckets' runs
         for b, heap in self.pending.items():
-            if self._top(heap, False) is not None:
-                heads.append((heap[0], b))
-        heapify(heads)
-        fit = {b for _, b in heads if self._fits_now(b)}
-        while heads and fit:
-            entry, b = heappop(heads)
-            heap = self.pending[b]
-            heappop(heap)  # == entry
-            popped.append((b, entry))
-            job = entry[3]
+            run = _first_live(heap, most, sort_max)
+            if run:
+                merged += run
+                if self._fits_now(b) and (last_fit is None or run[-1][0] > last_fit):
+                    last_fit = run[-1][0]
+        if last_fit is None:
+            return []
+        merged.sort(key=_first)  # keys are distinct: one live entry per job
+        end = min(bisect_right(merged, last_fit, key=_first), most)
+        out = []
+        for e in merged[:end]:
+            job = e[3]
             cand = job.candidate  # what the pass reads of a job never changes: made once
             if cand is None:
                 limit = job.limit if job.limit is not None else INF
                 cand = Candidate(job.id, job.gpus, job.must_consolidate, limit, job.cpus_per_gpu)
                 job.candidate = cand
-            yield cand
-            if self._top(heap, False) is not None:
-                heappush(heads, (heap[0], b))
-            else:
-                fit.discard(b)
+            out.append(cand)
+        return out
+
+
+def _first_live(heap: list[tuple], most: int, sort_max: int) -> list[tuple]:
+    """The first `most` live entries of a bucket heap, best first (a pass reads no more).
+    A heap of at most `sort_max` entries is sorted in place and read (a pass in a backlog
+    reads most of a bucket; popping and pushing back each entry cost twice the sort, and
+    the next sort, a few pushes later, is near-linear). It is sorted by key alone, faster:
+    live entries have distinct keys (the job id is the last field), so they keep the
+    heap's order; a stale entry with its job's live key may come first, which leaves the
+    heap valid against every other entry, and `_top` drops it when it comes up. A larger
+    heap (a backlog far beyond `bf_max_job_test`) has its first `most` popped and pushed
+    back; stale entries are dropped on the way, as `_top` does."""
+    if len(heap) <= sort_max:
+        heap.sort(key=_first)
+        live = (
+            e for e in heap if e[1] == e[3].key_ver and not e[3].running and e[3].finish is None
+        )
+        return list(islice(live, most))
+    run: list[tuple] = []
+    while heap and len(run) < most:
+        e = heappop(heap)
+        job = e[3]
+        if e[1] == job.key_ver and not job.running and job.finish is None:
+            run.append(e)
+    for e in run:
+        heappush(heap, e)
+    return run
