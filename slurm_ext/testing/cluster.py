@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_ext.slurm.factory import parse_version
+from slurm_ext.testing.cluster_conf import gres_conf_text, slurm_conf_text
 
 # Where scripts/install-slurm2511.sh records the Slurm 25.11 prefix it built (repo-relative).
 SLURM2511_PREFIX_FILE = Path(__file__).resolve().parents[2] / ".venv" / "slurm2511-prefix"
@@ -44,68 +45,6 @@ def slurm2511_prefix() -> tuple[Path | None, str]:
     if not (prefix / "sbin" / "slurmctld").exists():
         return None, f"no sbin/slurmctld under Slurm 25.11 prefix {prefix}"
     return prefix, f"Slurm 25.11 at {prefix}"
-
-
-SLURM_CONF = """\
-ClusterName={cluster_name}
-SlurmctldHost=localhost
-SlurmctldPort={ctld_port}
-SlurmdPort={first_slurmd_port}
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={sockets}/munge/munge.socket,cred_expire=5
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={root}/state
-SlurmdSpoolDir={sockets}/spool/slurmd-%n
-SlurmctldPidFile={root}/run/slurmctld.pid
-SlurmdPidFile={root}/run/slurmd-%n.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-PriorityType=priority/multifactor
-PriorityWeightJobSize=0
-PriorityWeightFairshare=0
-PriorityWeightPartition=0
-PriorityWeightQOS=0
-PriorityCalcPeriod=1
-GresTypes={gres_types}
-SlurmdParameters=config_overrides
-ReturnToService=2
-MinJobAge=600
-KillWait=2
-MessageTimeout=5
-InactiveLimit=0
-MpiDefault=none
-MailProg=/bin/true
-JobRequeue=1
-DefMemPerCPU=1000
-{job_submit}
-{extra}
-NodeName=DEFAULT CPUs={cpus} RealMemory={memory_mb} Gres={node_gres} State=UNKNOWN
-{node_lines}
-PartitionName={partition} Nodes={node_range} Default=YES MaxTime=INFINITE State=UP
-{share_partition}"""
-
-GRES_CONF = """\
-AutoDetect=off
-NodeName={node_range} Name=gpu File={root}/dev/gpu[0-{last_gpu}]
-"""
-
-# With `shards_per_gpu` (see LocalCluster): Slurm never puts a gres/shard job on a GPU a
-# gres/gpu job holds, so each GPU gets a second, "share" device file that only carries
-# shards; whole-GPU jobs ask for type "full". GPU i and share device G+i are one GPU.
-SHARD_GRES_CONF = """\
-AutoDetect=off
-NodeName={node_range} Name=gpu Type=full File={root}/dev/gpu[0-{last_gpu}]
-NodeName={node_range} Name=gpu Type=share File={root}/dev/gpu[{first_share}-{last_share}]
-NodeName={node_range} Name=shard Count={shards} File={root}/dev/gpu[{first_share}-{last_share}]
-"""
 
 
 # deepest root whose sockets stay inside the 108 bytes a unix socket path allows: the
@@ -147,7 +86,7 @@ class LocalCluster:
     prefix: Path | None = None  # a Slurm installation; None: Debian's programs on PATH
     accounting: bool = False  # a private MariaDB + slurmdbd (testing/accounting.py)
     # > 0: gres/shard for opportunistic jobs, `shards_per_gpu` jobs per GPU in all (the
-    # whole-GPU one included) and partition `share_partition` (SHARD_GRES_CONF)
+    # whole-GPU one included) and partition `share_partition` (cluster_conf.SHARD_GRES_CONF)
     shards_per_gpu: int = 0
     share_partition: str = "opp"
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
@@ -257,57 +196,16 @@ class LocalCluster:
             self._fake_gpu(root / "dev" / f"gpu{i}")
         ports = _free_ports(self.nodes + 1)
         self.ctld_port, node_ports = ports[0], ports[1:]
-        node_lines = "\n".join(
-            f"NodeName={n} NodeHostname=localhost Port={p}"
-            for n, p in zip(self.node_names, node_ports)
-        )
-        node_range = f"node[1-{self.nodes}]" if self.nodes > 1 else "node1"
         job_submit = ""
         if self.job_submit_lua is not None:
             (root / "etc" / "job_submit.lua").write_text(self.job_submit_lua)
             job_submit = "JobSubmitPlugins=lua"
         self.conf_path.write_text(
-            SLURM_CONF.format(
-                cluster_name=self.cluster_name,
-                ctld_port=self.ctld_port,
-                first_slurmd_port=node_ports[0],
-                root=root,
-                sockets=sockets,
-                cpus=self.cpus_per_node,
-                memory_mb=self.memory_mb,
-                gres_types="gpu,shard" if self.shards_per_gpu > 0 else "gpu",
-                node_gres=self._node_gres(),
-                node_lines=node_lines,
-                node_range=node_range,
-                partition=self.partition,
-                job_submit=job_submit,
-                extra=self.extra_conf,
-                share_partition=(
-                    f"PartitionName={self.share_partition} Nodes={node_range} "
-                    "MaxTime=INFINITE State=UP\n"
-                    if self.shards_per_gpu > 0
-                    else ""
-                ),
-            )
+            slurm_conf_text(self, self.ctld_port, node_ports, sockets, job_submit)
         )
         if self.accounting:
             self._write_accounting_files()
-        if self.shards_per_gpu > 0:
-            gres = SHARD_GRES_CONF.format(
-                node_range=node_range,
-                root=root,
-                last_gpu=g - 1,
-                first_share=g,
-                last_share=2 * g - 1,
-                shards=g * (self.shards_per_gpu - 1),
-            )
-        else:
-            gres = GRES_CONF.format(node_range=node_range, root=root, last_gpu=g - 1)
-        (root / "etc" / "gres.conf").write_text(gres)
-
-    def _node_gres(self) -> str:
-        g, s = self.gpus_per_node, self.shards_per_gpu
-        return f"gpu:full:{g},gpu:share:{g},shard:{g * (s - 1)}" if s > 0 else f"gpu:{g}"
+        (root / "etc" / "gres.conf").write_text(gres_conf_text(self))
 
     def _fake_gpu(self, path: Path) -> None:
         """A GPU device file for gres.conf: a plain file is enough for 22.05; later slurmd

@@ -1,0 +1,135 @@
+"""The local cluster's slurm.conf and gres.conf (`LocalCluster`, testing/cluster.py):
+the templates and their rendering, apart from the daemons that read them.
+
+Fast scheduler cycles (sched and bf intervals 2 s, PriorityCalcPeriod 1 min) keep Slurm's
+own latency small next to test timescales; priority/multifactor with the job-size,
+fair-share, partition and QOS weights at 0, so a test sets the factors it needs through
+`extra_conf` (a replay's own settings: replay/slurmconf.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_ext.testing.cluster import LocalCluster
+
+SLURM_CONF = """\
+ClusterName={cluster_name}
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmdPort={first_slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={sockets}/munge/munge.socket,cred_expire=5
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={root}/state
+SlurmdSpoolDir={sockets}/spool/slurmd-%n
+SlurmctldPidFile={root}/run/slurmctld.pid
+SlurmdPidFile={root}/run/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+PriorityType=priority/multifactor
+PriorityWeightJobSize=0
+PriorityWeightFairshare=0
+PriorityWeightPartition=0
+PriorityWeightQOS=0
+PriorityCalcPeriod=1
+GresTypes={gres_types}
+SlurmdParameters=config_overrides
+ReturnToService=2
+MinJobAge=600
+KillWait=2
+MessageTimeout=5
+InactiveLimit=0
+MpiDefault=none
+MailProg=/bin/true
+JobRequeue=1
+DefMemPerCPU=1000
+{job_submit}
+{extra}
+NodeName=DEFAULT CPUs={cpus} RealMemory={memory_mb} Gres={node_gres} State=UNKNOWN
+{node_lines}
+PartitionName={partition} Nodes={node_range} Default=YES MaxTime=INFINITE State=UP
+{share_partition}"""
+
+GRES_CONF = """\
+AutoDetect=off
+NodeName={node_range} Name=gpu File={root}/dev/gpu[0-{last_gpu}]
+"""
+
+# With `shards_per_gpu` (see LocalCluster): Slurm never puts a gres/shard job on a GPU a
+# gres/gpu job holds, so each GPU gets a second, "share" device file that only carries
+# shards; whole-GPU jobs ask for type "full". GPU i and share device G+i are one GPU.
+SHARD_GRES_CONF = """\
+AutoDetect=off
+NodeName={node_range} Name=gpu Type=full File={root}/dev/gpu[0-{last_gpu}]
+NodeName={node_range} Name=gpu Type=share File={root}/dev/gpu[{first_share}-{last_share}]
+NodeName={node_range} Name=shard Count={shards} File={root}/dev/gpu[{first_share}-{last_share}]
+"""
+
+
+def node_range(nodes: int) -> str:
+    """The cluster's nodes as one Slurm hostlist: node[1-N] (node1 alone)."""
+    return f"node[1-{nodes}]" if nodes > 1 else "node1"
+
+
+def node_gres(gpus_per_node: int, shards_per_gpu: int) -> str:
+    """Each node's Gres= line: whole GPUs, or full/share GPUs and shards."""
+    g, s = gpus_per_node, shards_per_gpu
+    return f"gpu:full:{g},gpu:share:{g},shard:{g * (s - 1)}" if s > 0 else f"gpu:{g}"
+
+
+def slurm_conf_text(
+    c: LocalCluster, ctld_port: int, node_ports: Sequence[int], sockets: Path, job_submit: str
+) -> str:
+    """slurm.conf for `c`, its slurmctld and each slurmd on the given loopback ports."""
+    nodes = node_range(c.nodes)
+    node_lines = "\n".join(
+        f"NodeName={n} NodeHostname=localhost Port={p}" for n, p in zip(c.node_names, node_ports)
+    )
+    return SLURM_CONF.format(
+        cluster_name=c.cluster_name,
+        ctld_port=ctld_port,
+        first_slurmd_port=node_ports[0],
+        root=c.root,
+        sockets=sockets,
+        cpus=c.cpus_per_node,
+        memory_mb=c.memory_mb,
+        gres_types="gpu,shard" if c.shards_per_gpu > 0 else "gpu",
+        node_gres=node_gres(c.gpus_per_node, c.shards_per_gpu),
+        node_lines=node_lines,
+        node_range=nodes,
+        partition=c.partition,
+        job_submit=job_submit,
+        extra=c.extra_conf,
+        share_partition=(
+            f"PartitionName={c.share_partition} Nodes={nodes} MaxTime=INFINITE State=UP\n"
+            if c.shards_per_gpu > 0
+            else ""
+        ),
+    )
+
+
+def gres_conf_text(c: LocalCluster) -> str:
+    """gres.conf for `c`: its fake GPU device files (and share devices with shards)."""
+    g, nodes = c.gpus_per_node, node_range(c.nodes)
+    if c.shards_per_gpu > 0:
+        return SHARD_GRES_CONF.format(
+            node_range=nodes,
+            root=c.root,
+            last_gpu=g - 1,
+            first_share=g,
+            last_share=2 * g - 1,
+            shards=g * (c.shards_per_gpu - 1),
+        )
+    return GRES_CONF.format(node_range=nodes, root=c.root, last_gpu=g - 1)
