@@ -189,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     progress.step(done, force=True)
     progress.close()
     if world > 1:
+        # drop the DDP wrapper (its reducer holds the process group) before the group
+        # goes: torch's gloo path could abort one rank at exit otherwise ("terminate
+        # called without an active exception", seen once in the elastic template test)
+        model = _unwrap(model)
         dist.barrier()
         dist.destroy_process_group()
     if rank == 0:
