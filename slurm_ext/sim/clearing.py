@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from heapq import heappop, heappush
-from itertools import compress, count
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -47,13 +46,6 @@ if TYPE_CHECKING:
 INF = math.inf
 ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 _first = itemgetter(0)
-
-
-def _above(col: list[tuple], jk: tuple) -> list[tuple[tuple, int]]:
-    """(need, node position) of the nodes whose need ranks below key `jk` (k > jk), in
-    node order. The comparisons run in C (`jk.__lt__` over the column): a Python loop
-    over every node's need was the clearing's largest line on wide traces."""
-    return [(col[p], p) for p in compress(count(), map(jk.__lt__, col))]
 
 
 class NodeClearing:
@@ -177,7 +169,7 @@ class NodeClearing:
         cfg = self.cfg
         gain = job.gpus * (now - job.waiting_since) if cfg.preemption_cost else None
         if gain is None or gain >= self.max_lost:  # the tables' needs are the rule's
-            needs = _above(col, jk)
+            needs = [(k, p) for p, k in enumerate(col) if k > jk]
             retry = INF
         else:
             needs, retry = self._walk_needs(job, col, now, gain)
@@ -228,7 +220,7 @@ class NodeClearing:
         """
         jk, target = job.key, min(job.gpus, self.idx.capacity)
         need_nodes = min_nodes(job.gpus, self.idx.capacity)
-        cands = _above(col, jk)
+        cands = [(k, p) for p, k in enumerate(col) if k > jk]
         if len(cands) < need_nodes:  # not even with every job that may ever go
             return cands, INF
         cl = self.cl
