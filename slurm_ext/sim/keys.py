@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from math import nextafter
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 INF = math.inf
 WAKE = 2  # event kind (engine.py)
+# the running heap is compacted when it outgrows max(this, twice its live size)
+RUNNING_MIN = 1024
 
 
 class KeyedQueues:
@@ -99,10 +101,10 @@ class KeyedQueues:
                         i = bisect_right(blocked, old)
                         if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
                             self._rose_past(job, i, bisect_left(blocked, key))
-                heappush(
-                    self.running,
-                    ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job),
-                )
+                heap = self.running
+                heappush(heap, ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job))
+                if len(heap) > self.running_cap:
+                    self._compact_running()
                 dirty = self.dirty
                 for n, _ in job.alloc:
                     dirty.add(n)
@@ -124,6 +126,16 @@ class KeyedQueues:
                 at = soonest
             seq = self.seq = self.seq + 1
             heappush(self.events, (at, WAKE, seq, job.key_ver, job))
+
+    def _compact_running(self: Simulator) -> None:
+        """Drop the stale entries of the running heap, in place: each key change of a
+        running job (a wake-up at every Gittins grid point) files a new entry and leaves
+        the old one, so between history refreshes the heap held some 10 entries per
+        running job (bursty). Live entries have distinct keys: their order stays."""
+        heap = self.running
+        heap[:] = [e for e in heap if e[1] == e[3].key_ver and e[3].running]
+        heapify(heap)
+        self.running_cap = max(RUNNING_MIN, 2 * len(heap))
 
     def _held(
         self: Simulator, job: SimJob, table: GittinsTable | None, now: float, attained: float
