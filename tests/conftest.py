@@ -7,6 +7,7 @@ these tests is the real slurmctld.
 from __future__ import annotations
 
 import importlib.util
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from nodeagent.cgroups import read_mounts
 from nodeagent.testing import SlurmLikeCgroups
 from slurm_ext.slurm import CliSlurmClient, SlurmClient
+from slurm_ext.store import Store
+from slurm_ext.store_schema import MIGRATIONS
 from slurm_ext.testing.cluster import LocalCluster, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,6 +137,18 @@ def hold_the_gpu(cluster: LocalCluster) -> int:
         what="the blocking job to run",
     )
     return blocker
+
+
+def old_store(path: Path, version: int, *rows: str) -> Store:
+    """A store file as schema `version` left it, with `rows` (SQL) written by that
+    version, opened by today's Store (which applies the later migrations)."""
+    db = sqlite3.connect(path)
+    db.executescript(";".join(MIGRATIONS[:version]) + f";PRAGMA user_version={version};")
+    for sql in rows:
+        db.execute(sql)
+    db.commit()
+    db.close()
+    return Store(path)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import replace
 
 import pytest
+from conftest import old_store
 
 from slurm_ext.model import Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
@@ -20,7 +21,7 @@ from slurm_ext.rank_cache import RankCache
 from slurm_ext.service import Service, ServiceConfig
 from slurm_ext.store import Store
 from slurm_ext.store_records import DecisionRecord
-from slurm_ext.store_schema import MIGRATIONS, SCHEMA_VERSION
+from slurm_ext.store_schema import SCHEMA_VERSION
 from slurm_ext.testing.replay import ReplayClient
 
 POLICIES = [
@@ -161,16 +162,12 @@ def test_an_order_naming_a_job_without_a_decision_is_ignored_and_a_bad_one_refus
 
 
 def test_a_version_5_store_gains_the_order_table(tmp_path):
-    path = tmp_path / "old.db"
-    db = sqlite3.connect(path)
-    db.executescript(";".join(MIGRATIONS[:5]) + ";PRAGMA user_version=5;")
-    db.execute(
+    store = old_store(
+        tmp_path / "old.db",
+        5,
         "INSERT INTO decisions (job_id, rank, queue, gittins, promoted, reason, mode,"
-        " decided_at) VALUES (4, 2, 0, 1.0, 0, 'r', 'site_factor', 1.0)"
+        " decided_at) VALUES (4, 2, 0, 1.0, 0, 'r', 'site_factor', 1.0)",
     )
-    db.commit()
-    db.close()
-    store = Store(path)
     assert store.schema_version == SCHEMA_VERSION >= 6
     assert store.decisions()[4].rank == 2  # no order yet: the stored rank
     store.close()

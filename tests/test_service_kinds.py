@@ -3,7 +3,7 @@ conditioned Gittins tables exactly as the simulator does. Real SQLite, no Slurm.
 
 from __future__ import annotations
 
-import sqlite3
+from conftest import old_store
 
 from slurm_ext.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, build_table, rank
@@ -22,13 +22,9 @@ def _job(job_id: int, state: str, **kw) -> Job:
 
 
 def test_a_version_2_store_gains_the_kind_columns(tmp_path):
-    path = tmp_path / "old.db"
-    db = sqlite3.connect(path)
-    db.executescript(MIGRATIONS[0] + ";" + MIGRATIONS[1] + ";PRAGMA user_version=2;")
-    db.execute("INSERT INTO completions VALUES (4, 50.0, 25.0, 1000.0, 'service')")
-    db.commit()
-    db.close()
-    store = Store(path)
+    store = old_store(
+        tmp_path / "old.db", 2, "INSERT INTO completions VALUES (4, 50.0, 25.0, 1000.0, 'service')"
+    )
     assert store.schema_version == SCHEMA_VERSION == len(MIGRATIONS) >= 3
     assert store.history_kinds(10) == [Completed(2, 50.0)]  # kind unknown, row kept
     store.save_jobs([], [(5, 300.0, 100.0, 1100.0, "alice", "train", "ml", 7200.0)])
@@ -78,16 +74,12 @@ def test_a_zero_second_run_keeps_its_gpus_in_the_history(tmp_path):
 
 
 def test_a_version_6_store_reads_old_completions_by_their_ratio(tmp_path):
-    path = tmp_path / "old.db"
-    db = sqlite3.connect(path)
-    db.executescript(";".join(MIGRATIONS[:6]) + ";PRAGMA user_version=6;")
-    db.execute(
+    store = old_store(
+        tmp_path / "old.db",
+        6,
         "INSERT INTO completions (job_id, gpu_s, run_s, end_time, source) VALUES"
-        " (1, 80.0, 20.0, 1000.0, 'service'), (2, 0.0, 0.0, 1001.0, 'service')"
+        " (1, 80.0, 20.0, 1000.0, 'service'), (2, 0.0, 0.0, 1001.0, 'service')",
     )
-    db.commit()
-    db.close()
-    store = Store(path)
     assert store.schema_version == SCHEMA_VERSION
     store.add_completions([(3, 0.0, 0.0, 1002.0, "bob", "x", "", None, 8)], "sacct")
     assert store.history(10) == [(8, 0.0), (None, 0.0), (4, 80.0)]
