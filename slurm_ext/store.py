@@ -25,7 +25,12 @@ from slurm_ext.model import Node
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.reports import JobReport
 from slurm_ext.store_records import DecisionRecord, JobRecord
-from slurm_ext.store_schema import COMPLETION_KIND_DEFAULTS, MIGRATIONS, SCHEMA_VERSION
+from slurm_ext.store_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    completion_gpus,
+    completion_row,
+)
 
 BUSY_TIMEOUT_S = 30
 WAL_LIMIT_BYTES = 4 << 20  # journal_size_limit: what a checkpoint leaves of the WAL file
@@ -161,7 +166,7 @@ class Store:
             self.db.executemany(
                 "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
                 " account, time_limit_s, gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_with_kind(c) for c in completions],
+                [completion_row(c) for c in completions],
             )
 
     def history_gpu_s(self, window: int) -> list[float]:
@@ -178,7 +183,7 @@ class Store:
             "SELECT gpus, gpu_s, run_s FROM completions ORDER BY end_time DESC LIMIT ?",
             (int(window),),
         ).fetchall()
-        return [(_gpus(n, g, r), g) for n, g, r in rows]
+        return [(completion_gpus(n, g, r), g) for n, g, r in rows]
 
     def history_kinds(self, window: int) -> list[Completed]:
         """`history` with each job's kind (user, name, account, time limit), oldest first
@@ -188,16 +193,19 @@ class Store:
             " ORDER BY end_time DESC LIMIT ?",
             (int(window),),
         ).fetchall()
-        return [Completed(_gpus(k, g, r), g, u, n, a, t) for k, g, r, u, n, a, t in reversed(rows)]
+        return [
+            Completed(completion_gpus(k, g, r), g, u, n, a, t)
+            for k, g, r, u, n, a, t in reversed(rows)
+        ]
 
     def add_completions(self, rows: Iterable[tuple], source: str) -> int:
-        """Completion rows (see COMPLETION_KIND_DEFAULTS) from `source` ("sacct"); rows of
+        """Completion rows (see store_schema.completion_row) from `source` ("sacct"); rows of
         jobs already recorded are ignored."""
         with self.db:
             cur = self.db.executemany(
                 "INSERT OR IGNORE INTO completions (job_id, gpu_s, run_s, end_time, user, name,"
                 " account, time_limit_s, gpus, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(*_with_kind(r), source) for r in rows],
+                [(*completion_row(r), source) for r in rows],
             )
         return cur.rowcount
 
@@ -339,23 +347,6 @@ class Store:
     def last_pass(self) -> dict | None:
         r = self.db.execute("SELECT * FROM passes ORDER BY id DESC LIMIT 1").fetchone()
         return dict(r) if r else None
-
-
-def _with_kind(row: Sequence) -> tuple:
-    """A completion row padded to its nine columns (the kind and GPUs unknown where absent)."""
-    if len(row) not in (4, 8, 9):
-        raise ValueError(f"completion row needs 4, 8 or 9 fields, got {len(row)}")
-    if len(row) == 4:
-        row = (*row, *COMPLETION_KIND_DEFAULTS)
-    return tuple(row) if len(row) == 9 else (*row, None)
-
-
-def _gpus(gpus: int | None, gpu_s: float, run_s: float) -> int | None:
-    """A completion's GPU count: the stored one, else (rows written before it was stored)
-    GPU-s / run s, as both writers store gpu_s = GPUs x run_s; None for a 0 s run then."""
-    if gpus is not None:
-        return gpus
-    return round(gpu_s / run_s) if run_s > 0 else None
 
 
 def _pack_ids(job_ids: Sequence[int]) -> bytes:

@@ -1,10 +1,13 @@
-"""The store's SQLite schema, as the ordered list of migrations that build it.
+"""The store's SQLite schema, as the ordered list of migrations that build it, and the
+shape of a completion row.
 
 `Store` applies the ones a file lacks at open (`PRAGMA user_version` counts those
 applied), so a file written by any earlier release is brought forward in order.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 # Each entry upgrades the schema from version i to i+1. Append, never edit.
 MIGRATIONS: list[str] = [
@@ -119,3 +122,20 @@ MIGRATIONS: list[str] = [
 # (user, name, account, time_limit_s) and then the GPU count
 COMPLETION_KIND_DEFAULTS = ("", "", "", None)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def completion_row(row: Sequence) -> tuple:
+    """A completion row padded to its nine columns (the kind and GPUs unknown where absent)."""
+    if len(row) not in (4, 8, 9):
+        raise ValueError(f"completion row needs 4, 8 or 9 fields, got {len(row)}")
+    if len(row) == 4:
+        row = (*row, *COMPLETION_KIND_DEFAULTS)
+    return tuple(row) if len(row) == 9 else (*row, None)
+
+
+def completion_gpus(gpus: int | None, gpu_s: float, run_s: float) -> int | None:
+    """A completion's GPU count: the stored one, else (rows written before it was stored)
+    GPU-s / run s, as both writers store gpu_s = GPUs x run_s; None for a 0 s run then."""
+    if gpus is not None:
+        return gpus
+    return round(gpu_s / run_s) if run_s > 0 else None
