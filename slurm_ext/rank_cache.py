@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from slurm_ext.model import Decision, JobView
 from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.gittins import GittinsTable
-from slurm_ext.policy.guard_budget import budget_lifts, budgeted, owner, view_deadline
+from slurm_ext.policy.guard_budget import budgeted, held_among, view_deadline
 from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.ranking import Key, _key_and_change, decide
 from slurm_ext.store_records import copy_with
@@ -137,13 +137,7 @@ def _held_back(
             deadlines[v.job_id] = view_deadline(v, config, table)
         else:
             deadlines[v.job_id] = k.deadline
-    due = [
-        (d, v.job_id, v.gpus, owner(config, v.user))
-        for v in views
-        if (d := deadlines[v.job_id]) <= now
-    ]
-    held = {d[1] for d in due} - budget_lifts(due, total_gpus, config.wait_guard_budget)
-    return held, deadlines
+    return held_among(views, deadlines, now, config, total_gpus), deadlines
 
 
 def _keys_keep(config: PolicyConfig) -> bool:

@@ -15,7 +15,7 @@ The service (`ranking.rank`, `rank_cache`) and the simulator (sim/keys.py) both 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from slurm_ext.model import JobView
 from slurm_ext.policy.config import PolicyConfig
@@ -79,10 +79,23 @@ def held_back(
     without a budget): they keep their index's rank this pass."""
     if not budgeted(config):
         return set()
+    deadlines = {j.job_id: view_deadline(j, config, table) for j in jobs}
+    return held_among(jobs, deadlines, now, config, total_gpus)
+
+
+def held_among(
+    jobs: Sequence[JobView],
+    deadlines: Mapping[int, float],
+    now: float,
+    config: PolicyConfig,
+    total_gpus: int,
+) -> set[int]:
+    """`held_back` from each job's `view_deadline` (the service's rank cache keeps them
+    while a job's key holds)."""
     due = [
         (d, j.job_id, j.gpus, owner(config, j.user))
         for j in jobs
-        if (d := view_deadline(j, config, table)) <= now
+        if (d := deadlines[j.job_id]) <= now
     ]
     return {d[1] for d in due} - budget_lifts(due, total_gpus, config.wait_guard_budget)
 
