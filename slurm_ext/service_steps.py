@@ -242,7 +242,7 @@ def order_inversions(
     factors (age, fair-share, QOS) outweigh the spacing of the written values: in
     site-factor mode the band [value_min, value_max] is too narrow for the weights."""
     prios = [
-        by_id[d.job_id].priority
+        j.priority
         for d in decisions
         if (j := by_id[d.job_id]).pending and j.priority > 0 and d.job_id not in written
     ]

@@ -18,6 +18,7 @@ import click
 from slurm_ext.config import ConfigError, load_config
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.service import ServiceConfig
+from slurm_ext.sim.simjob import WILLRUN_STARTS
 from slurm_ext.sim.traces import FORMATS, Trace, TraceError, read_trace
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.slurm.client import SlurmClient
@@ -188,7 +189,7 @@ def backfill_options(func: F) -> F:
             ),
             click.option(
                 "--bf-willrun-start",
-                type=click.Choice(["nodes", "batch"]),
+                type=click.Choice(WILLRUN_STARTS),
                 default="nodes",
                 show_default=True,
                 help="The start a batch reports: the last end on the chosen nodes (Slurm "
