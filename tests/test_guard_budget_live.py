@@ -5,6 +5,7 @@ fit the share, the rest held back with the reason `explain` shows."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def test_a_live_pass_lifts_due_jobs_within_the_share(
     cfg = ServiceConfig(
         store=str(store.path), port=0, history_source="store", policy=_policy(budget)
     )
-    res = Service(cfg, live_client(cluster, "cli"), store).run_pass()
+    # Slurm stamps the submit in whole seconds and the 1-GPU job is due 0.02 s after it:
+    # a pass in the same instant could find it not yet due (CI saw it), so the pass runs
+    # a second later than the submits, when all three are due
+    res = Service(cfg, live_client(cluster, "cli"), store).run_pass(now=time.time() + 1.0)
     assert res.errors == 0
     by_id = {d.job_id: d for d in res.decisions}
     assert set(waiting) <= by_id.keys()
