@@ -165,15 +165,39 @@ class Replay:
             time.sleep(1.0)
 
     def cancel(self) -> None:
-        """Cancel the jobs this replay submitted that may still run (by id only)."""
-        if not self.submitted:
-            return
+        """Cancel the jobs this replay submitted that may still run (by id only), and check
+        that Slurm took it: `scancel --quiet` says nothing when a request fails (a busy
+        slurmctld), so what still waits or runs is cancelled again, three tries in all."""
         ids = [str(j) for j in self.submitted]
-        for k in range(0, len(ids), 200):
-            subprocess.run(
-                ["scancel", "--quiet", *ids[k : k + 200]],
-                env=self.target.env,
-                capture_output=True,
-                timeout=30,
-                check=False,
+        for attempt in range(3):
+            if not ids:
+                return
+            if attempt:
+                time.sleep(1.0)
+            try:
+                for k in range(0, len(ids), 200):
+                    subprocess.run(
+                        ["scancel", "--quiet", *ids[k : k + 200]],
+                        env=self.target.env, capture_output=True, timeout=30, check=False,
+                    )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                break
+            ids = self._still_active(ids)
+        if ids:
+            self.say(
+                f"{self.label}Slurm may still hold {len(ids)} of this replay's jobs;"
+                f" cancel them with: scancel {' '.join(ids)}"
             )
+
+    def _still_active(self, ids: Sequence[str]) -> list[str]:
+        """Which of `ids` Slurm lists as pending, running or suspended ([] when squeue does
+        not answer: nothing more can be done from here)."""
+        argv = ["squeue", "-h", "-t", "PD,R,S,CF", f"--jobs={','.join(ids)}", "-o", "%i"]
+        try:
+            res = subprocess.run(
+                argv, env=self.target.env, capture_output=True, text=True, timeout=30, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return []
+        # (an id Slurm already purged makes squeue exit 1 but still list the others)
+        return [line.strip() for line in res.stdout.splitlines() if line.strip()]
