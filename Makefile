@@ -10,8 +10,10 @@ deps:
 demo: deps
 	$(BIN)/python -m slurm_ext.demo
 
+# two workers, a test file each at a time: the live tests mostly wait on Slurm, and each
+# worker starts its own session clusters on free loopback ports (README, Set-up)
 test: deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -19,7 +19,7 @@ from nodeagent.testing import SlurmLikeCgroups
 from slurm_ext.slurm import CliSlurmClient, SlurmClient
 from slurm_ext.store import Store
 from slurm_ext.store_schema import MIGRATIONS
-from slurm_ext.testing.cluster import LocalCluster, slurm2511_prefix
+from slurm_ext.testing.cluster import LocalCluster, free_ports, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
@@ -114,6 +114,11 @@ def _cancel_all(cluster: LocalCluster) -> None:
             return
         time.sleep(0.2)
     raise RuntimeError(f"jobs still present after scancel: {out.split()}")
+
+
+def free_port() -> int:
+    """A loopback port free now, the kernel's pick (test workers may run in parallel)."""
+    return free_ports(1)[0]
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.2, what: str = "condition"):

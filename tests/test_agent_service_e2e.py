@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import free_port, wait_for
 
 from nodeagent.cgroups import read_mounts
 from nodeagent.testing import SlurmLikeCgroups
@@ -27,12 +26,6 @@ pytestmark = pytest.mark.slurm
 GIB = 2**30
 NODE = "e2enode"
 SIM_IDLE_W = 70.0  # SimGpu's default power
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def secret_file(path: Path, value: str) -> Path:

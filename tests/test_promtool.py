@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
-from test_agent_service_e2e import free_port, secret_file, service_config, start, stop
+from conftest import free_port, wait_for
+from test_agent_service_e2e import secret_file, service_config, start, stop
 
 pytestmark = pytest.mark.slurm
 PROMTOOL = shutil.which("promtool")

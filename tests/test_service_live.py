@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import cluster_options, wait_for
+from conftest import cluster_options, free_port, wait_for
 
 from slurm_ext.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
 from slurm_ext.testing.cluster import LocalCluster
@@ -324,7 +324,7 @@ def test_metrics_and_signed_reports(clean_queue, tmp_path):
     secret = tmp_path / "secret"
     secret.write_bytes(os.urandom(32).hex().encode())
     secret.chmod(0o600)
-    port = 20000 + os.getpid() % 20000
+    port = free_port()
     config = write_config(tmp_path / "service.toml", c, port=port, report_secret_file=f'"{secret}"')
     proc = start_service(config, tmp_path / "service.log")
     try:

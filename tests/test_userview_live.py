@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import free_port, wait_for
 from test_service_live import start_service, stop, write_config
 
 from slurm_ext.store import Store
@@ -69,7 +69,7 @@ def test_the_page_in_headless_chromium_shows_the_ranked_queue(clean_queue, tmp_p
     store.close()
     four = c.sbatch("-N1", "--gres=gpu:4", "-J", "four")
     three = c.sbatch("-N1", "--gres=gpu:3", "-J", train)
-    port = 21000 + os.getpid() % 20000
+    port = free_port()
     config = write_config(
         tmp_path / "service.toml",
         c,

@@ -56,7 +56,7 @@ class ClusterError(RuntimeError):
     """The local cluster could not be started or driven; the message names the log to read."""
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks, ports = [], []
     try:
         for _ in range(n):
@@ -194,7 +194,7 @@ class LocalCluster:
         g = self.gpus_per_node
         for i in range(2 * g if self.shards_per_gpu > 0 else g):
             self._fake_gpu(root / "dev" / f"gpu{i}")
-        ports = _free_ports(self.nodes + 1)
+        ports = free_ports(self.nodes + 1)
         self.ctld_port, node_ports = ports[0], ports[1:]
         job_submit = ""
         if self.job_submit_lua is not None:
@@ -261,7 +261,7 @@ class LocalCluster:
         from slurm_ext.testing import accounting
 
         assert self.root is not None
-        self.db_port, self.dbd_port = _free_ports(2)
+        self.db_port, self.dbd_port = free_ports(2)
         lines = accounting.write_files(self.root, self.sockets_dir(), self.db_port, self.dbd_port)
         with self.conf_path.open("a") as fh:
             fh.write(lines)
