@@ -39,18 +39,25 @@ def live_jobs(records: Path, trace: Sequence[TraceJob], speedup: float) -> dict[
     }
 
 
-def launch_wall_s(records: Sequence[Path], trace: Sequence[TraceJob], speedup: float) -> float:
-    """How much longer than its work a job held its GPUs live, on average (wall s):
-    Slurm's launch, the interpreter's start and sacct's whole seconds. Jobs that ran
-    once and completed, over all the given replays' records; 0 without any."""
+def launch_extras(
+    records: Sequence[Path], trace: Sequence[TraceJob], speedup: float
+) -> list[float]:
+    """How much longer than its work each job held its GPUs live (wall s): Slurm's
+    launch, the interpreter's start and sacct's whole seconds. Jobs that ran once and
+    completed, over all the given replays' records."""
     work = {t.job_id: t.duration_s / speedup for t in trace}
-    extra = [
+    return [
         sum(e - s for s, e in r["runs"]) - work[int(k)]
         for path in records
         if path.exists()
         for k, r in json.loads(path.read_text()).items()
         if r["state"] == "COMPLETED" and r["requeues"] == 0 and r["runs"]
     ]
+
+
+def launch_wall_s(records: Sequence[Path], trace: Sequence[TraceJob], speedup: float) -> float:
+    """The mean of `launch_extras` (wall s); 0 without any."""
+    extra = launch_extras(records, trace, speedup)
     return sum(extra) / len(extra) if extra else 0.0
 
 

@@ -1,0 +1,203 @@
+"""bench_fidelity.py's distributions (issue 13): the simulated ensemble's perturbations
+are inputs only (timer phase, submit lag, launch overhead), and the live side's repeats
+and the comparison of means read the runs they are given."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.sim.engine import SimConfig
+from slurm_ext.sim.run import simulate
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.timelimits import fill_time_limits
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import bench_fidelity  # noqa: E402
+from fidelity_ensemble import (  # noqa: E402
+    Draws,
+    Spread,
+    perturb,
+    pooled,
+    submit_lag_s,
+    timer_span_s,
+)
+from fidelity_tables import Cell, summary  # noqa: E402
+
+SPEEDUP = 1500.0
+
+
+def jobs(n: int = 40) -> list:
+    return fill_time_limits(synth_jobs(n, 16, 1.0, 2), 0)
+
+
+def cluster(**kw) -> SimConfig:
+    base = dict(
+        nodes=4,
+        gpus_per_node=4,
+        preemptive=False,
+        bf_interval_s=SPEEDUP,
+        bf_willrun_window_s=30 * SPEEDUP,
+        pass_interval_s=2.2 * SPEEDUP,
+        clock_s=SPEEDUP,
+    )
+    return SimConfig(**{**base, **kw})
+
+
+def test_shift_moves_every_submit_alike_below_the_longest_timer():
+    trace, cl = jobs(), cluster()
+    draws = Draws(SPEEDUP, ("shift",))
+    shifts = set()
+    for member in range(5):
+        out = {j.job_id: j for j in perturb(trace, cl, draws, 0, member)}
+        moved = {round(out[j.job_id].submit_time - j.submit_time, 6) for j in trace}
+        assert len(moved) == 1  # one shift for the whole trace
+        (shift,) = moved
+        assert 0.0 <= shift < timer_span_s(cl) == 30 * SPEEDUP
+        assert all(out[j.job_id].duration_s == j.duration_s for j in trace)
+        shifts.add(shift)
+    assert len(shifts) == 5  # each member its own phase
+
+
+def test_a_shift_changes_nothing_without_timers():
+    """Greedy scheduling at every event, exact clock: no phase to move, so the shifted
+    runs give the unperturbed avg JCT; with Slurm's timers they need not."""
+    trace = jobs()
+    policy = replace(PolicyConfig(), policy="gittins")
+    flat = cluster(scheduler="greedy", pass_interval_s=0.0, clock_s=0.0)
+    base = simulate(trace, policy, flat)[0]["avg_jct_s"]
+    draws = Draws(SPEEDUP, ("shift",))
+    for member in range(3):
+        got = simulate(perturb(trace, flat, draws, 0, member), policy, flat)[0]["avg_jct_s"]
+        assert got == pytest.approx(base, rel=1e-9)
+
+
+def test_submit_lags_keep_trace_order_and_bound():
+    trace, cl = jobs(), cluster()
+    draws = Draws(SPEEDUP, ("submit",), lag_s=0.5)
+    out = perturb(trace, cl, draws, 0, 1)
+    by = {j.job_id: j for j in trace}
+    lags = [j.submit_time - by[j.job_id].submit_time for j in out]
+    assert all(lag >= 0 for lag in lags) and max(lags) > 0
+    in_order = sorted(trace, key=lambda j: (j.submit_time, j.job_id))
+    assert [j.job_id for j in out] == [j.job_id for j in in_order]
+    times = [j.submit_time for j in out]
+    assert times == sorted(times)  # sbatch one at a time: none overtakes an earlier one
+    # a lag beyond its own draw only where an earlier job's arrival pushed it
+    for prev, job, lag in zip(out, out[1:], lags[1:]):
+        assert lag < 0.5 * SPEEDUP or job.submit_time == prev.submit_time
+
+
+def test_launch_draws_come_from_the_measured_extras():
+    trace, cl = jobs(), cluster()
+    extras = (0.1, 0.9)
+    draws = Draws(SPEEDUP, ("launch",), launch_mean_s=0.5, launch_extras_s=extras)
+    out = {j.job_id: j for j in perturb(trace, cl, draws, 0, 0)}
+    long = [j for j in trace if j.duration_s > 0.4 * SPEEDUP + 1]
+    deltas = {round((out[j.job_id].duration_s - j.duration_s) / SPEEDUP, 6) for j in long}
+    assert deltas == {-0.4, 0.4}
+    # a job shorter than a drawn shortfall keeps a second of work
+    assert all(out[j.job_id].duration_s >= 1.0 for j in trace)
+    assert all(out[j.job_id].submit_time == j.submit_time for j in trace)
+
+
+def test_draws_are_seeded_per_member_and_stream():
+    trace, cl = jobs(), cluster()
+    every = Draws(SPEEDUP, lag_s=0.2, launch_mean_s=0.3, launch_extras_s=(0.0, 0.3, 0.7))
+    a = perturb(trace, cl, every, 0, 3)
+    assert a == perturb(trace, cl, every, 0, 3)
+    assert a != perturb(trace, cl, every, 0, 4)
+    assert a != perturb(trace, cl, every, 1, 3)
+    # leaving the launch draw out keeps the shift and the lags drawn
+    no_launch = perturb(trace, cl, replace(every, which=("shift", "submit")), 0, 3)
+    assert [j.submit_time for j in no_launch] == [j.submit_time for j in a]
+
+
+def test_unknown_perturbation_is_refused():
+    with pytest.raises(ValueError, match="unknown perturbation.*phase"):
+        Draws(SPEEDUP, ("shift", "phase"))
+
+
+def test_spread_percentile_and_pool():
+    s = Spread((10.0, 20.0, 30.0, 40.0))
+    assert (s.mean, s.low, s.high) == (25.0, 10.0, 40.0)
+    assert s.percentile(5.0) == 0.0
+    assert s.percentile(45.0) == 100.0
+    assert s.percentile(20.0) == 37.5  # one below, one tie
+    assert pooled([s, Spread((50.0,))]).values == (10.0, 20.0, 30.0, 40.0, 50.0)
+
+
+def test_summary_reads_the_target_on_the_means():
+    def cell(mode, run, live, ens):
+        row = {"sim_min_s": 0.0, "sim_max_s": 0.0}
+        return Cell("t", 10, SPEEDUP, mode, run, live, ens[0], row, Spread(ens))
+
+    cells = [
+        cell("slurm", "r1", 100.0, (95.0, 105.0)),
+        cell("slurm", "r2", 130.0, (100.0, 100.0)),  # one run off by 30 %, the mean 15 %
+        cell("service", "r1", 90.0, (100.0, 100.0)),
+        cell("service", "r2", 100.0, (100.0, 100.0)),
+    ]
+    rows = {s["mode"]: s for s in summary(cells)}
+    assert rows["slurm"]["live_mean"] == 115.0
+    assert rows["slurm"]["ratio"] == pytest.approx(1.15) and not rows["slurm"]["met"]
+    assert rows["slurm"]["percentiles"] == [50.0, 100.0]
+    assert rows["service"]["ratio"] == pytest.approx(0.95) and rows["service"]["met"]
+
+
+def test_submit_lag_measured_from_whole_second_stamps(tmp_path):
+    trace = jobs(6)
+    epoch = 1_000_000.3
+    lag = {t.job_id: 0.05 * i for i, t in enumerate(trace)}  # up to 0.25 s apart
+    records = {
+        str(t.job_id): {"submit": float(int(epoch + t.submit_time / SPEEDUP + lag[t.job_id]))}
+        for t in trace
+    }
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(records))
+    got = submit_lag_s(path, trace, SPEEDUP)
+    # whole-second stamps hide lags all alike; what shows is at most the lags' spread
+    assert 0.0 <= got <= 0.25 + 1e-9
+    assert submit_lag_s(tmp_path / "absent.json", trace, SPEEDUP) == 0.0
+
+
+def test_live_dirs_repeats_and_live_from(tmp_path):
+    def args(**kw):
+        return bench_fidelity.argparse.Namespace(**{"live_from": None, "repeats": 1, **kw})
+
+    assert bench_fidelity.live_dirs(args(), tmp_path) == [(tmp_path, tmp_path)]
+    assert bench_fidelity.live_dirs(args(repeats=2), tmp_path) == [
+        (tmp_path / "r1", tmp_path / "r1"),
+        (tmp_path / "r2", tmp_path / "r2"),
+    ]
+    got = bench_fidelity.live_dirs(args(live_from="/a,/b"), tmp_path)
+    assert got == [(Path("/a"), tmp_path / "r1"), (Path("/b"), tmp_path / "r2")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--sim-ensemble", "-1"], "--sim-ensemble >= 0"),
+        (["--perturb", "shift,clock"], "--perturb: unknown clock"),
+        (["--live-from", "/x", "--repeats", "2"], "comma-separated"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(argv, message):
+    res = subprocess.run(
+        [sys.executable, str(BENCH / "bench_fidelity.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 2
+    assert message in res.stderr
