@@ -48,8 +48,9 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+import fidelity_ctld
 import fidelity_jobs
-from fidelity_ensemble import PERTURBATIONS, Draws, Spread, perturb, submit_lag_s
+from fidelity_ensemble import PERTURBATIONS, Draws, Spread, perturb
 from fidelity_tables import Cell, print_runs, print_summary
 
 from slurm_ext.policy import PolicyConfig
@@ -339,9 +340,17 @@ def simulate_run(
     """Simulate one live run's modes with its inputs: once as measured, over the pass
     period's range, and `--sim-ensemble` times perturbed (fidelity_ensemble)."""
     dirs = {mode: live / name / mode for mode in modes}
-    # live a job holds its GPUs a little longer than its work (launch, interpreter,
-    # sacct's whole seconds): measured on every mode's jobs that ran once, pooled
-    extras = fidelity_jobs.launch_extras([dirs[m] / "records.json" for m in modes], trace, speedup)
+    # live a job holds its GPUs a little longer than its work (launch, interpreter):
+    # measured on every mode's jobs that ran once, pooled, from slurmctld's log (ms),
+    # else from sacct's whole seconds (runs kept without the log)
+    ctld = fidelity_ctld.launch_extras(list(dirs.values()), trace, speedup)
+    extras = (
+        ctld
+        if ctld is not None
+        else fidelity_jobs.launch_extras(
+            [d / "records.json" for d in dirs.values()], trace, speedup
+        )
+    )
     launch = sum(extras) / len(extras) if extras else 0.0
     cells = []
     for mode in modes:
@@ -353,6 +362,7 @@ def simulate_run(
             policy = with_requeue_hold(policy, speedup)
         period = pass_period_s(dirs[mode] / "service.log")
         row["launch_wall_s"] = launch
+        row["launch_from"] = "slurmctld log" if ctld is not None else "sacct"
         sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period, launch)
         res, sim_run = simulate(sim_trace, policy, cluster)
         sim = res["avg_jct_s"]
@@ -374,8 +384,8 @@ def simulate_run(
                 speedup,
                 tuple(w for w in args.perturb.split(",") if w),
                 launch,
-                tuple(extras),
-                submit_lag_s(dirs[mode] / "records.json", trace, speedup),
+                tuple(ctld or ()),  # sacct's spread is its clock's: no draw from it
+                tuple(fidelity_ctld.submit_lags(dirs[mode], trace, speedup)),
             )
             ensemble = Spread(
                 tuple(

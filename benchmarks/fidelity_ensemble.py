@@ -13,21 +13,21 @@ defaults and decisions are untouched:
           simulator aligns them all on multiples of their period from trace time 0. The
           whole trace is shifted by a uniform draw below the longest period (JCTs are
           differences, so the shift alone changes nothing but the phases).
-  submit  when each submit reaches slurmctld within the spread the live run's whole-
-          second submit stamps allow: each job a uniform lag below `lag_s` (the stamps'
-          spread beyond one second, `submit_lag_s`), kept in trace order (the replay
-          runs sbatch one job at a time, so no job overtakes an earlier one).
-  launch  each job's launch overhead (held minus work) drawn from those measured in the
-          live run's records (`fidelity_jobs.launch_extras`), instead of their mean.
+  submit  how late each submit reaches slurmctld: each job a lag drawn from those the
+          live run's slurmctld log shows (`fidelity_ctld.submit_lags`, 0-0.08 wall s on
+          synth2), kept in trace order (the replay runs sbatch one job at a time, so no
+          job overtakes an earlier one).
+  launch  each job's launch overhead (held minus work) drawn from those the live run's
+          slurmctld log shows (`fidelity_ctld.launch_extras`), instead of their mean.
+A run recorded without its slurmctld log (before session 6) gets the shift only: its
+sacct stamps' spread is the clock's, not the launch's or the submits'.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.traces import TraceJob
@@ -43,7 +43,7 @@ class Draws:
     which: tuple[str, ...] = PERTURBATIONS
     launch_mean_s: float = 0.0  # the launch overhead the unperturbed jobs carry
     launch_extras_s: tuple[float, ...] = ()  # measured per job; empty: no launch draw
-    lag_s: float = 0.0  # submit lags are drawn below this
+    lags_s: tuple[float, ...] = ()  # measured submit lags; empty: no submit draw
 
     def __post_init__(self) -> None:
         bad = [w for w in self.which if w not in PERTURBATIONS]
@@ -80,8 +80,8 @@ def perturb(
     prev = float("-inf")
     for j in sorted(jobs, key=lambda j: (j.submit_time, j.job_id)):
         submit = j.submit_time + shift
-        if "submit" in draws.which and draws.lag_s > 0:
-            submit = max(prev, submit + lag.uniform(0.0, draws.lag_s) * draws.speedup)
+        if "submit" in draws.which and draws.lags_s:
+            submit = max(prev, submit + lag.choice(draws.lags_s) * draws.speedup)
         prev = submit
         duration = j.duration_s
         if "launch" in draws.which and draws.launch_extras_s:
@@ -89,21 +89,6 @@ def perturb(
             duration = max(1.0, duration + extra * draws.speedup)
         out.append(replace(j, submit_time=submit, duration_s=duration))
     return out
-
-
-def submit_lag_s(records: Path, trace: Sequence[TraceJob], speedup: float) -> float:
-    """How far apart, beyond Slurm's one-second stamp, the live submits lagged their
-    schedule (wall s): the spread of (stamp - scheduled time) less 1 s, at least 0. A
-    stamp is the arrival truncated to the second, so lags all alike spread it by 1 s."""
-    if not records.exists():
-        return 0.0
-    when = {t.job_id: t.submit_time / speedup for t in trace}
-    off = [
-        r["submit"] - when[int(k)]
-        for k, r in json.loads(records.read_text()).items()
-        if r.get("submit") is not None and int(k) in when
-    ]
-    return max(0.0, max(off) - min(off) - 1.0) if off else 0.0
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ def launch_extras(
     records: Sequence[Path], trace: Sequence[TraceJob], speedup: float
 ) -> list[float]:
     """How much longer than its work each job held its GPUs live (wall s): Slurm's
-    launch, the interpreter's start and sacct's whole seconds. Jobs that ran once and
+    launch, the interpreter's start and sacct's whole seconds (fidelity_ctld has it to
+    the millisecond where the run kept slurmctld's log). Jobs that ran once and
     completed, over all the given replays' records."""
     work = {t.job_id: t.duration_s / speedup for t in trace}
     return [
@@ -53,12 +54,6 @@ def launch_extras(
         for k, r in json.loads(path.read_text()).items()
         if r["state"] == "COMPLETED" and r["requeues"] == 0 and r["runs"]
     ]
-
-
-def launch_wall_s(records: Sequence[Path], trace: Sequence[TraceJob], speedup: float) -> float:
-    """The mean of `launch_extras` (wall s); 0 without any."""
-    extra = launch_extras(records, trace, speedup)
-    return sum(extra) / len(extra) if extra else 0.0
 
 
 def sim_jobs(jobs: Sequence[SimJob]) -> dict[int, dict]:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,8 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import bench_fidelity  # noqa: E402
-from fidelity_ensemble import (  # noqa: E402
-    Draws,
-    Spread,
-    perturb,
-    pooled,
-    submit_lag_s,
-    timer_span_s,
-)
+from fidelity_ctld import LOG, ctld_times, launch_extras, submit_lags  # noqa: E402
+from fidelity_ensemble import Draws, Spread, perturb, pooled, timer_span_s  # noqa: E402
 from fidelity_tables import Cell, summary  # noqa: E402
 
 SPEEDUP = 1500.0
@@ -82,7 +77,7 @@ def test_a_shift_changes_nothing_without_timers():
 
 def test_submit_lags_keep_trace_order_and_bound():
     trace, cl = jobs(), cluster()
-    draws = Draws(SPEEDUP, ("submit",), lag_s=0.5)
+    draws = Draws(SPEEDUP, ("submit",), lags_s=(0.0, 0.1, 0.5))
     out = perturb(trace, cl, draws, 0, 1)
     by = {j.job_id: j for j in trace}
     lags = [j.submit_time - by[j.job_id].submit_time for j in out]
@@ -91,9 +86,10 @@ def test_submit_lags_keep_trace_order_and_bound():
     assert [j.job_id for j in out] == [j.job_id for j in in_order]
     times = [j.submit_time for j in out]
     assert times == sorted(times)  # sbatch one at a time: none overtakes an earlier one
-    # a lag beyond its own draw only where an earlier job's arrival pushed it
+    # a lag other than a drawn one only where an earlier job's arrival pushed it
+    drawn = {0.0, 0.1 * SPEEDUP, 0.5 * SPEEDUP}
     for prev, job, lag in zip(out, out[1:], lags[1:]):
-        assert lag < 0.5 * SPEEDUP or job.submit_time == prev.submit_time
+        assert round(lag, 6) in drawn or job.submit_time == prev.submit_time
 
 
 def test_launch_draws_come_from_the_measured_extras():
@@ -111,7 +107,7 @@ def test_launch_draws_come_from_the_measured_extras():
 
 def test_draws_are_seeded_per_member_and_stream():
     trace, cl = jobs(), cluster()
-    every = Draws(SPEEDUP, lag_s=0.2, launch_mean_s=0.3, launch_extras_s=(0.0, 0.3, 0.7))
+    every = Draws(SPEEDUP, lags_s=(0.0, 0.2), launch_mean_s=0.3, launch_extras_s=(0.0, 0.3, 0.7))
     a = perturb(trace, cl, every, 0, 3)
     assert a == perturb(trace, cl, every, 0, 3)
     assert a != perturb(trace, cl, every, 0, 4)
@@ -153,20 +149,56 @@ def test_summary_reads_the_target_on_the_means():
     assert rows["service"]["ratio"] == pytest.approx(0.95) and rows["service"]["met"]
 
 
-def test_submit_lag_measured_from_whole_second_stamps(tmp_path):
-    trace = jobs(6)
-    epoch = 1_000_000.3
-    lag = {t.job_id: 0.05 * i for i, t in enumerate(trace)}  # up to 0.25 s apart
-    records = {
-        str(t.job_id): {"submit": float(int(epoch + t.submit_time / SPEEDUP + lag[t.job_id]))}
-        for t in trace
-    }
-    path = tmp_path / "records.json"
-    path.write_text(json.dumps(records))
-    got = submit_lag_s(path, trace, SPEEDUP)
-    # whole-second stamps hide lags all alike; what shows is at most the lags' spread
-    assert 0.0 <= got <= 0.25 + 1e-9
-    assert submit_lag_s(tmp_path / "absent.json", trace, SPEEDUP) == 0.0
+def write_run(mode_dir: Path, trace, lag: dict, launch: dict, requeued: int) -> None:
+    """A replay's records.json and slurmctld log in 22.05's words, from given lags and
+    launches (wall s; the log keeps milliseconds, sacct whole seconds)."""
+    epoch = 1_800_000_000.25
+    log, records = [], {}
+
+    def stamp(t: float) -> str:
+        return datetime.fromtimestamp(t).isoformat(timespec="milliseconds")
+
+    for sid, t in enumerate(trace, 1):
+        submit = epoch + t.submit_time / SPEEDUP + lag[t.job_id]
+        start = submit + 0.5
+        end = start + t.duration_s / SPEEDUP + launch[t.job_id]
+        log += [
+            (submit, f"_slurm_rpc_submit_batch_job: JobId={sid} InitPrio=1000 usec=700"),
+            (start, f"sched/backfill: _start_job: Started JobId={sid} in gpu on node1"),
+            (end, f"_job_complete: JobId={sid} WEXITSTATUS 0"),
+            (end, f"_job_complete: JobId={sid} done"),
+        ]
+        records[str(t.job_id)] = {
+            "slurm_id": sid,
+            "submit": float(int(submit)),
+            "state": "COMPLETED",
+            "runs": [[float(int(start)), float(int(end))]],
+            "requeues": int(t.job_id == requeued),
+        }
+    (mode_dir / LOG).parent.mkdir(parents=True)
+    lines = [f"[{stamp(t)}] {msg}" for t, msg in sorted(log, key=lambda e: e[0])]
+    (mode_dir / LOG).write_text("\n".join(["[2026-11-24T07:43:01.601] noise", *lines]) + "\n")
+    (mode_dir / "records.json").write_text(json.dumps(records))
+
+
+def test_launch_and_lags_read_to_the_millisecond_from_slurmctlds_log(tmp_path):
+    trace = jobs(8)
+    lag = {t.job_id: 0.01 * i for i, t in enumerate(trace)}
+    launch = {t.job_id: 0.1 + 0.02 * i for i, t in enumerate(trace)}
+    write_run(tmp_path, trace, lag, launch, requeued=trace[0].job_id)
+    times = ctld_times(tmp_path / LOG)
+    assert sorted(times.submit) == list(range(1, 9)) and len(times.ends[1]) == 1
+    got = launch_extras([tmp_path], trace, SPEEDUP)
+    # the requeued job is left out; the rest to the log's millisecond
+    want = [launch[t.job_id] for t in trace[1:]]
+    assert got == pytest.approx(want, abs=2e-3)
+    lags = submit_lags(tmp_path, trace, SPEEDUP)
+    assert lags == pytest.approx([lag[t.job_id] for t in trace], abs=2e-3)
+    # no log: None (the caller falls back to sacct's stamps), no lags
+    other = tmp_path / "other"
+    other.mkdir()
+    assert launch_extras([tmp_path, other], trace, SPEEDUP) is None
+    assert submit_lags(other, trace, SPEEDUP) == []
 
 
 def test_live_dirs_repeats_and_live_from(tmp_path):
