@@ -50,7 +50,7 @@ from pathlib import Path
 
 import fidelity_ctld
 import fidelity_jobs
-from fidelity_ensemble import PERTURBATIONS, Draws, Spread, perturb
+from fidelity_ensemble import DEFAULT, PERTURBATIONS, Draws, Spread, perturb
 from fidelity_tables import Cell, print_runs, print_summary
 
 from slurm_ext.policy import PolicyConfig
@@ -230,8 +230,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--perturb",
-        default=",".join(PERTURBATIONS),
-        help=f"which perturbations the ensemble draws (default all: {','.join(PERTURBATIONS)})",
+        default=",".join(DEFAULT),
+        help=f"which perturbations the ensemble draws, of {','.join(PERTURBATIONS)}"
+        f" (default {','.join(DEFAULT)}; fidelity_ensemble.py)",
     )
     args = ap.parse_args()
     if args.repeats < 1 or args.sim_ensemble < 0:
@@ -387,13 +388,11 @@ def simulate_run(
                 tuple(ctld or ()),  # sacct's spread is its clock's: no draw from it
                 tuple(fidelity_ctld.submit_lags(dirs[mode], trace, speedup)),
             )
+            members = [
+                perturb(sim_trace, cluster, draws, args.seed, k) for k in range(args.sim_ensemble)
+            ]
             ensemble = Spread(
-                tuple(
-                    simulate(perturb(sim_trace, cluster, draws, args.seed, k), policy, cluster)[0][
-                        "avg_jct_s"
-                    ]
-                    for k in range(args.sim_ensemble)
-                )
+                tuple(m.avg_jct_s(simulate(m.jobs, policy, cluster)[1]) for m in members)
             )
         live_jct = row["avg_jct_s"]
         cells.append(Cell(name, len(trace), speedup, mode, str(live), live_jct, sim, row, ensemble))

@@ -19,20 +19,29 @@ defaults and decisions are untouched:
           job overtakes an earlier one).
   launch  each job's launch overhead (held minus work) drawn from those the live run's
           slurmctld log shows (`fidelity_ctld.launch_extras`), instead of their mean.
+  rank    (opt-in, service modes) live, a new job has SiteFactor 0, below every ranked
+          job, until the service's next pass writes its value; the simulator ranks it at
+          its submit. The job is kept out of the queue until the next pass tick (the
+          simulator's own, at multiples of the pass period after the shift) and its JCT
+          counted from its real arrival (`Member.ranked_after`): an upper bound, since
+          live backfill may still start an unranked job that delays no one.
 A run recorded without its slurmctld log (before session 6) gets the shift only: its
 sacct stamps' spread is the clock's, not the launch's or the submits'.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from slurm_ext.sim.engine import SimConfig
+from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.traces import TraceJob
 
-PERTURBATIONS = ("shift", "submit", "launch")
+PERTURBATIONS = ("shift", "submit", "launch", "rank")
+DEFAULT = ("shift", "submit", "launch")
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class Draws:
     """What one ensemble member perturbs and with what (all wall seconds but `speedup`)."""
 
     speedup: float
-    which: tuple[str, ...] = PERTURBATIONS
+    which: tuple[str, ...] = DEFAULT
     launch_mean_s: float = 0.0  # the launch overhead the unperturbed jobs carry
     launch_extras_s: tuple[float, ...] = ()  # measured per job; empty: no launch draw
     lags_s: tuple[float, ...] = ()  # measured submit lags; empty: no submit draw
@@ -64,9 +73,24 @@ def timer_span_s(cluster: SimConfig) -> float:
     )
 
 
+@dataclass(frozen=True)
+class Member:
+    """One ensemble member's jobs, and how long each (by job id) waited for the
+    service's first pass before the simulator saw it (trace s; `rank` only)."""
+
+    jobs: list[TraceJob]
+    ranked_after: dict[int, float]
+
+    def avg_jct_s(self, finished: Sequence[SimJob]) -> float:
+        """The avg JCT from each job's arrival, its wait to be ranked included."""
+        lag = self.ranked_after
+        jct = [(j.finish or 0.0) - j.submit + lag.get(j.id, 0.0) for j in finished]
+        return sum(jct) / len(jct)
+
+
 def perturb(
     jobs: Sequence[TraceJob], cluster: SimConfig, draws: Draws, seed: int, member: int
-) -> list[TraceJob]:
+) -> Member:
     """Member `member`'s jobs: shifted, lagged and with drawn launches as `draws` says.
     Each perturbation has its own random stream, so leaving one out keeps the others'
     draws; the same (seed, member) gives the same draws for every mode (common numbers)."""
@@ -77,6 +101,8 @@ def perturb(
     shift = rng("shift").uniform(0.0, timer_span_s(cluster)) if "shift" in draws.which else 0.0
     lag, launch = rng("submit"), rng("launch")
     out: list[TraceJob] = []
+    ranked_after: dict[int, float] = {}
+    every = cluster.pass_interval_s if "rank" in draws.which else 0.0
     prev = float("-inf")
     for j in sorted(jobs, key=lambda j: (j.submit_time, j.job_id)):
         submit = j.submit_time + shift
@@ -87,8 +113,12 @@ def perturb(
         if "launch" in draws.which and draws.launch_extras_s:
             extra = launch.choice(draws.launch_extras_s) - draws.launch_mean_s
             duration = max(1.0, duration + extra * draws.speedup)
+        if every > 0:  # seen at the first pass tick after its arrival
+            seen = math.ceil(submit / every) * every
+            ranked_after[j.job_id] = seen - submit
+            submit = seen
         out.append(replace(j, submit_time=submit, duration_s=duration))
-    return out
+    return Member(out, ranked_after)
 
 
 @dataclass(frozen=True)

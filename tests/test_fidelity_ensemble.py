@@ -52,7 +52,7 @@ def test_shift_moves_every_submit_alike_below_the_longest_timer():
     draws = Draws(SPEEDUP, ("shift",))
     shifts = set()
     for member in range(5):
-        out = {j.job_id: j for j in perturb(trace, cl, draws, 0, member)}
+        out = {j.job_id: j for j in perturb(trace, cl, draws, 0, member).jobs}
         moved = {round(out[j.job_id].submit_time - j.submit_time, 6) for j in trace}
         assert len(moved) == 1  # one shift for the whole trace
         (shift,) = moved
@@ -71,14 +71,14 @@ def test_a_shift_changes_nothing_without_timers():
     base = simulate(trace, policy, flat)[0]["avg_jct_s"]
     draws = Draws(SPEEDUP, ("shift",))
     for member in range(3):
-        got = simulate(perturb(trace, flat, draws, 0, member), policy, flat)[0]["avg_jct_s"]
+        got = simulate(perturb(trace, flat, draws, 0, member).jobs, policy, flat)[0]["avg_jct_s"]
         assert got == pytest.approx(base, rel=1e-9)
 
 
 def test_submit_lags_keep_trace_order_and_bound():
     trace, cl = jobs(), cluster()
     draws = Draws(SPEEDUP, ("submit",), lags_s=(0.0, 0.1, 0.5))
-    out = perturb(trace, cl, draws, 0, 1)
+    out = perturb(trace, cl, draws, 0, 1).jobs
     by = {j.job_id: j for j in trace}
     lags = [j.submit_time - by[j.job_id].submit_time for j in out]
     assert all(lag >= 0 for lag in lags) and max(lags) > 0
@@ -96,7 +96,7 @@ def test_launch_draws_come_from_the_measured_extras():
     trace, cl = jobs(), cluster()
     extras = (0.1, 0.9)
     draws = Draws(SPEEDUP, ("launch",), launch_mean_s=0.5, launch_extras_s=extras)
-    out = {j.job_id: j for j in perturb(trace, cl, draws, 0, 0)}
+    out = {j.job_id: j for j in perturb(trace, cl, draws, 0, 0).jobs}
     long = [j for j in trace if j.duration_s > 0.4 * SPEEDUP + 1]
     deltas = {round((out[j.job_id].duration_s - j.duration_s) / SPEEDUP, 6) for j in long}
     assert deltas == {-0.4, 0.4}
@@ -108,13 +108,47 @@ def test_launch_draws_come_from_the_measured_extras():
 def test_draws_are_seeded_per_member_and_stream():
     trace, cl = jobs(), cluster()
     every = Draws(SPEEDUP, lags_s=(0.0, 0.2), launch_mean_s=0.3, launch_extras_s=(0.0, 0.3, 0.7))
-    a = perturb(trace, cl, every, 0, 3)
-    assert a == perturb(trace, cl, every, 0, 3)
-    assert a != perturb(trace, cl, every, 0, 4)
-    assert a != perturb(trace, cl, every, 1, 3)
+    a = perturb(trace, cl, every, 0, 3).jobs
+    assert a == perturb(trace, cl, every, 0, 3).jobs
+    assert a != perturb(trace, cl, every, 0, 4).jobs
+    assert a != perturb(trace, cl, every, 1, 3).jobs
     # leaving the launch draw out keeps the shift and the lags drawn
-    no_launch = perturb(trace, cl, replace(every, which=("shift", "submit")), 0, 3)
+    no_launch = perturb(trace, cl, replace(every, which=("shift", "submit")), 0, 3).jobs
     assert [j.submit_time for j in no_launch] == [j.submit_time for j in a]
+
+
+def test_rank_lag_holds_a_job_until_the_next_pass_and_counts_it():
+    """`rank`: a job is seen at the first pass tick after its arrival (service modes
+    only), and its JCT still runs from its arrival."""
+    trace = jobs()
+    policy = replace(PolicyConfig(), policy="gittins")
+    cl = cluster()
+    period = cl.pass_interval_s
+    member = perturb(trace, cl, Draws(SPEEDUP, ("rank",)), 0, 0)
+    by = {j.job_id: j for j in trace}
+    for j in member.jobs:
+        ticks = j.submit_time / period
+        assert ticks == pytest.approx(round(ticks), abs=1e-9)  # on a pass tick
+        lag = member.ranked_after[j.job_id]
+        assert 0.0 <= lag < period
+        assert j.submit_time - lag == pytest.approx(by[j.job_id].submit_time)
+    ran = simulate(member.jobs, policy, cl)[1]
+    plain = sum(j.finish - j.submit for j in ran) / len(ran)
+    lags = sum(member.ranked_after.values()) / len(ran)
+    assert member.avg_jct_s(ran) == pytest.approx(plain + lags)
+    # without a pass period (Slurm alone) there is nothing to wait for
+    alone = perturb(trace, cluster(pass_interval_s=0.0), Draws(SPEEDUP, ("rank",)), 0, 0)
+    assert alone.ranked_after == {} and alone.jobs == sorted(
+        trace, key=lambda j: (j.submit_time, j.job_id)
+    )
+
+
+def test_a_members_avg_jct_is_the_simulators_without_rank_lag():
+    trace, cl = jobs(), cluster()
+    policy = replace(PolicyConfig(), policy="gittins")
+    member = perturb(trace, cl, Draws(SPEEDUP, ("shift",)), 0, 2)
+    out, ran = simulate(member.jobs, policy, cl)
+    assert member.avg_jct_s(ran) == pytest.approx(out["avg_jct_s"], rel=1e-12)
 
 
 def test_unknown_perturbation_is_refused():
