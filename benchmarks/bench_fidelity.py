@@ -7,6 +7,11 @@
     .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 100 --speedup 1500 \
         --live-from DIR   # simulate again against the live rows an earlier --workdir DIR kept
 
+    # issue 13's 10 % read on means: 3 live runs per cell, each simulated 50 times perturbed
+    .venv/bin/python benchmarks/bench_fidelity.py --traces synth2 --jobs 100 --speedup 1500 \
+        --modes slurm,service --repeats 3 --sim-ensemble 50 --workdir DIR
+    .venv/bin/python benchmarks/bench_fidelity.py ... --live-from D1,D2,D3 --sim-ensemble 50
+
 Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
 --jobs jobs, offered load --load on the cluster's GPUs), recurring users' ones
 (`usersN`: slurm_ext.sim.users.synth_user_jobs, --users users) and the Tiresias 60-job trace
@@ -24,7 +29,9 @@ with `--scheduler` (default "slurm": the simulator's model of sched/backfill), t
 limits Slurm really enforced (whole wall minutes, so longer than the trace's at high
 speedups), and the replay's backfill and service cycles scaled back to trace seconds:
 the service's pass period as measured in its log, Slurm's hold of a requeued job
-(`requeue_delay_s` = 6 wall s x speedup; --no-requeue-hold leaves it out), the service's
+(`requeue_delay_s` = 6 wall s x speedup; the jobs' launch overhead, held minus work,
+measured to the millisecond in the replay's slurmctld log, `fidelity_ctld.py`, else
+from sacct's whole seconds; --no-requeue-hold leaves it out), the service's
 one waiting job per pass and its cap of requeues per pass, the Gittins table rebuilt at
 every completion as the service rebuilds it each pass (`history_refresh` = 1), and
 Slurm's whole-second clock in the run lengths that history learns (`clock_s` = 1 wall s
@@ -35,6 +42,16 @@ the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mo
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
 speedup; this is a long benchmark, run it alone.
+
+Distributions (both sides are chaotic: one live run against one simulated run cannot
+check 10 %): `--repeats R` replays each cell R times, one at a time (<workdir>/r1...);
+`--live-from D1,D2` reads several kept runs as repeats; `--sim-ensemble N` simulates
+each live run N more times under seeded perturbations of what the replay cannot control
+and the simulator takes as fixed (`--perturb`: timer phase, submit lag, launch overhead
+by default; `rank`, the wait for the service's first pass, opt-in; fidelity_ensemble.py),
+and prints each run's ensemble mean, range and the live value's percentile in it. A
+last table (fidelity_tables.py) compares per trace and mode the live runs' mean with
+the simulated mean (every run's ensemble pooled): the 10 % target reads on the means.
 """
 
 from __future__ import annotations
@@ -45,7 +62,6 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 import fidelity_ctld
@@ -93,21 +109,6 @@ def load_trace(
     if name.startswith("users") and name[5:].isdigit():  # recurring users' kinds of jobs
         return synth_user_jobs(jobs, gpus, load, int(name[5:]), users=users)
     raise SystemExit(f"unknown trace {name!r} (synthN, usersN or tiresias60)")
-
-
-def pass_period_s(log: Path) -> float | None:
-    """The live service's mean time between passes (wall s) from its log: its interval
-    plus each pass's own time, which the simulator's pass interval must match."""
-    if not log.exists():
-        return None
-    stamps = [
-        datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        for line in log.read_text().splitlines()
-        if " pass: " in line
-    ]
-    if len(stamps) < 2:
-        return None
-    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
 def sim_inputs(
@@ -297,19 +298,6 @@ def live_row(
     return row
 
 
-def per_job(live: Path, out: Path, trace: list[TraceJob], speedup: float, sim_run: list) -> None:
-    """Where live and simulated runs part, job by job (printed, and kept as per_job.txt)."""
-    records = live / "records.json"
-    if not records.exists():
-        return
-    lines = fidelity_jobs.compare(
-        fidelity_jobs.live_jobs(records, trace, speedup), fidelity_jobs.sim_jobs(sim_run)
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "per_job.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(f"  {line}" for line in lines), flush=True)
-
-
 def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[Cell]:
     cells: list[Cell] = []
     runs = live_dirs(args, work)
@@ -361,13 +349,13 @@ def simulate_run(
         )
         if args.requeue_hold:  # as the replay tells its service (replay.service)
             policy = with_requeue_hold(policy, speedup)
-        period = pass_period_s(dirs[mode] / "service.log")
+        period = fidelity_ctld.pass_period_s(dirs[mode] / "service.log")
         row["launch_wall_s"] = launch
         row["launch_from"] = "slurmctld log" if ctld is not None else "sacct"
         sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period, launch)
         res, sim_run = simulate(sim_trace, policy, cluster)
         sim = res["avg_jct_s"]
-        per_job(dirs[mode], out / name / mode, trace, speedup, sim_run)
+        fidelity_jobs.per_job(dirs[mode], out / name / mode, trace, speedup, sim_run)
         spread = (sim, sim)
         if mode != "slurm":  # how much the service's pass timing alone moves it
             base = period or service_interval_s(speedup)

@@ -1,4 +1,5 @@
-"""A replay's timings to the millisecond, from its own slurmctld log (used by bench_fidelity.py).
+"""A replay's timings from its own logs (used by bench_fidelity.py): the service's pass
+period from its log, and submits, starts and ends to the millisecond from slurmctld's.
 
 sacct's records carry whole seconds: at speedup 1,500 each stamp is known to 1,500 trace s,
 and a run's held time (end stamp - start stamp) is off by the two stamps' fractions. Those
@@ -101,3 +102,18 @@ def submit_lags(mode_dir: Path, trace: Sequence[TraceJob], speedup: float) -> li
     ]
     least = min(off, default=0.0)
     return [o - least for o in off]
+
+
+def pass_period_s(log: Path) -> float | None:
+    """The live service's mean time between passes (wall s) from its log: its interval
+    plus each pass's own time, which the simulator's pass interval must match."""
+    if not log.exists():
+        return None
+    stamps = [
+        datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for line in log.read_text().splitlines()
+        if " pass: " in line
+    ]
+    if len(stamps) < 2:
+        return None
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)

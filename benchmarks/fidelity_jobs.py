@@ -93,3 +93,16 @@ def compare(live: dict[int, dict], sim: dict[int, dict], top: int = 8) -> list[s
             f" sim {b['requeues']}; {a['state']}/{b['state']}"
         )
     return lines
+
+
+def per_job(
+    live: Path, out: Path, trace: Sequence[TraceJob], speedup: float, sim_run: list
+) -> None:
+    """Where live and simulated runs part, job by job (printed, and kept as per_job.txt)."""
+    records = live / "records.json"
+    if not records.exists():
+        return
+    lines = compare(live_jobs(records, trace, speedup), sim_jobs(sim_run))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "per_job.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(f"  {line}" for line in lines), flush=True)
