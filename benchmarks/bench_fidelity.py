@@ -7,6 +7,11 @@
     .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 100 --speedup 1500 \
         --live-from DIR   # simulate again against the live rows an earlier --workdir DIR kept
 
+    # issue 13's 10 % read on means: 3 live runs per cell, each simulated 50 times perturbed
+    .venv/bin/python benchmarks/bench_fidelity.py --traces synth2 --jobs 100 --speedup 1500 \
+        --modes slurm,service --repeats 3 --sim-ensemble 50 --workdir DIR
+    .venv/bin/python benchmarks/bench_fidelity.py ... --live-from D1,D2,D3 --sim-ensemble 50
+
 Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
 --jobs jobs, offered load --load on the cluster's GPUs), recurring users' ones
 (`usersN`: slurm_ext.sim.users.synth_user_jobs, --users users) and the Tiresias 60-job trace
@@ -24,7 +29,9 @@ with `--scheduler` (default "slurm": the simulator's model of sched/backfill), t
 limits Slurm really enforced (whole wall minutes, so longer than the trace's at high
 speedups), and the replay's backfill and service cycles scaled back to trace seconds:
 the service's pass period as measured in its log, Slurm's hold of a requeued job
-(`requeue_delay_s` = 6 wall s x speedup; --no-requeue-hold leaves it out), the service's
+(`requeue_delay_s` = 6 wall s x speedup; the jobs' launch overhead, held minus work,
+measured to the millisecond in the replay's slurmctld log, `fidelity_ctld.py`, else
+from sacct's whole seconds; --no-requeue-hold leaves it out), the service's
 one waiting job per pass and its cap of requeues per pass, the Gittins table rebuilt at
 every completion as the service rebuilds it each pass (`history_refresh` = 1), and
 Slurm's whole-second clock in the run lengths that history learns (`clock_s` = 1 wall s
@@ -35,6 +42,16 @@ the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mo
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
 speedup; this is a long benchmark, run it alone.
+
+Distributions (both sides are chaotic: one live run against one simulated run cannot
+check 10 %): `--repeats R` replays each cell R times, one at a time (<workdir>/r1...);
+`--live-from D1,D2` reads several kept runs as repeats; `--sim-ensemble N` simulates
+each live run N more times under seeded perturbations of what the replay cannot control
+and the simulator takes as fixed (`--perturb`: timer phase, submit lag, launch overhead
+by default; `rank`, the wait for the service's first pass, opt-in; fidelity_ensemble.py),
+and prints each run's ensemble mean, range and the live value's percentile in it. A
+last table (fidelity_tables.py) compares per trace and mode the live runs' mean with
+the simulated mean (every run's ensemble pooled): the 10 % target reads on the means.
 """
 
 from __future__ import annotations
@@ -45,10 +62,12 @@ import json
 import sys
 import tempfile
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
+import fidelity_ctld
 import fidelity_jobs
+from fidelity_ensemble import DEFAULT, PERTURBATIONS, Draws, Spread, perturb
+from fidelity_tables import Cell, print_runs, print_summary
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import replay_mode
@@ -73,7 +92,6 @@ TIRESIAS_60 = (
 # much one run's timing (Slurm's and the service's latency) can move the result
 PERIOD_JITTER = (0.9, 0.95, 1.05, 1.1)
 SLURM_CLOCK_S = 1.0  # Slurm's StartTime/EndTime resolution (wall s)
-TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 
 
@@ -91,47 +109,6 @@ def load_trace(
     if name.startswith("users") and name[5:].isdigit():  # recurring users' kinds of jobs
         return synth_user_jobs(jobs, gpus, load, int(name[5:]), users=users)
     raise SystemExit(f"unknown trace {name!r} (synthN, usersN or tiresias60)")
-
-
-def _cmp(a: float, b: float) -> int:
-    """-1, 0 or 1; values within TIE of each other compare equal."""
-    if abs(a - b) <= TIE * max(abs(a), abs(b)):
-        return 0
-    return -1 if a < b else 1
-
-
-def order(jct: dict[str, float]) -> str:
-    """Modes best first, `=` between ties: 'service-requeue < service = slurm'."""
-    ranked = sorted(jct, key=jct.__getitem__)
-    out = ranked[:1]
-    for prev, mode in zip(ranked, ranked[1:]):
-        out += ["=" if _cmp(jct[prev], jct[mode]) == 0 else "<", mode]
-    return " ".join(out)
-
-
-def orders_agree(live: dict[str, float], sim: dict[str, float]) -> str:
-    """'same' when every pair of modes is ordered alike (ties included); 'yes (up to
-    ties)' when no pair is ordered oppositely; else 'NO'."""
-    pairs = [(a, b) for a in live for b in live if a < b]
-    signs = [(_cmp(live[a], live[b]), _cmp(sim[a], sim[b])) for a, b in pairs]
-    if all(x == y for x, y in signs):
-        return "same"
-    return "NO" if any(x * y < 0 for x, y in signs) else "yes (up to ties)"
-
-
-def pass_period_s(log: Path) -> float | None:
-    """The live service's mean time between passes (wall s) from its log: its interval
-    plus each pass's own time, which the simulator's pass interval must match."""
-    if not log.exists():
-        return None
-    stamps = [
-        datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        for line in log.read_text().splitlines()
-        if " pass: " in line
-    ]
-    if len(stamps) < 2:
-        return None
-    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
 def sim_inputs(
@@ -234,9 +211,40 @@ def main() -> int:
     ap.add_argument(
         "--live-from",
         default=None,
-        help="a --workdir of an earlier run: reuse its live rows, only simulate again",
+        help="a --workdir of an earlier run (or several, comma-separated, read as repeats of"
+        " the same cells): reuse its live rows, only simulate again",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="live replays per cell, one at a time (in <workdir>/r1, r2, ... when > 1)",
+    )
+    ap.add_argument(
+        "--sim-ensemble",
+        type=int,
+        default=0,
+        metavar="N",
+        help="simulate each live run N more times under seeded perturbations of what the"
+        " replay cannot control (fidelity_ensemble.py); report their mean, range and the"
+        " live run's percentile",
+    )
+    ap.add_argument(
+        "--perturb",
+        default=",".join(DEFAULT),
+        help=f"which perturbations the ensemble draws, of {','.join(PERTURBATIONS)}"
+        f" (default {','.join(DEFAULT)}; fidelity_ensemble.py)",
     )
     args = ap.parse_args()
+    if args.repeats < 1 or args.sim_ensemble < 0:
+        ap.error(
+            f"--repeats must be >= 1 and --sim-ensemble >= 0 (got {args.repeats}, {args.sim_ensemble})"
+        )
+    bad = [w for w in args.perturb.split(",") if w and w not in PERTURBATIONS]
+    if bad:
+        ap.error(f"--perturb: unknown {', '.join(bad)} (choose from {', '.join(PERTURBATIONS)})")
+    if args.live_from and args.repeats != 1:
+        ap.error("--repeats replays; with --live-from give the runs' directories comma-separated")
     if args.traces is None:
         args.traces = "synth1,synth2,tiresias60" if args.full else "tiresias60"
         if not args.full and args.speedup is None:
@@ -249,8 +257,22 @@ def main() -> int:
     except Interrupted:
         print("interrupted: the replay cancelled its jobs and stopped its daemons", file=sys.stderr)
         return 130
-    print_table(rows, work)
+    print_runs(rows, work)
+    print_summary(rows)
     return 0
+
+
+def live_dirs(args: argparse.Namespace, work: Path) -> list[tuple[Path, Path]]:
+    """(where each live run's records are, where its outputs go): `--live-from`'s
+    directories (comma-separated: several runs of the same cells), else `--repeats`
+    replays, one at a time, in <workdir> itself (one) or <workdir>/r1, r2, ..."""
+    if args.live_from:
+        dirs = [Path(d) for d in args.live_from.split(",") if d]
+    else:
+        dirs = [work] if args.repeats == 1 else [work / f"r{i + 1}" for i in range(args.repeats)]
+    if len(dirs) == 1:
+        return [(dirs[0], work)]
+    return [(d, work / f"r{i + 1}") for i, d in enumerate(dirs)]
 
 
 def live_row(
@@ -259,115 +281,122 @@ def live_row(
     name: str,
     mode: str,
     speedup: float,
-    work: Path,
+    live: Path,
 ) -> dict:
-    """The live replay's summary row: replayed now (and saved as row.json beside its
-    records), or read back from `--live-from DIR` to simulate again without replaying."""
+    """The live replay's summary row: replayed now into `live` (and saved as row.json
+    beside its records), or read back from a `--live-from` directory."""
     if args.live_from:
-        saved = Path(args.live_from) / name / mode / "row.json"
+        saved = live / name / mode / "row.json"
         if not saved.exists():
             raise SystemExit(f"--live-from: no {saved}")
         return json.loads(saved.read_text())
     row = replay_mode(
-        trace, mode, work / name / mode, speedup, args.checkpoint_interval,
+        trace, mode, live / name / mode, speedup, args.checkpoint_interval,
         args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
     )  # fmt: skip
-    (work / name / mode / "row.json").write_text(json.dumps(row, indent=1))
+    (live / name / mode / "row.json").write_text(json.dumps(row, indent=1))
     return row
 
 
-def per_job(
-    args: argparse.Namespace,
-    work: Path,
-    name: str,
-    mode: str,
-    trace: list[TraceJob],
-    speedup: float,
-    sim_run: list,
-) -> None:
-    """Where live and simulated runs part, job by job (printed, and kept as per_job.txt)."""
-    records = Path(args.live_from or work) / name / mode / "records.json"
-    if not records.exists():
-        return
-    lines = fidelity_jobs.compare(
-        fidelity_jobs.live_jobs(records, trace, speedup), fidelity_jobs.sim_jobs(sim_run)
-    )
-    out = work / name / mode
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "per_job.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(f"  {line}" for line in lines), flush=True)
-
-
-def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[tuple]:
-    rows: list[tuple] = []
+def run(args: argparse.Namespace, modes: list[str], gpus: int, work: Path) -> list[Cell]:
+    cells: list[Cell] = []
+    runs = live_dirs(args, work)
     for name in args.traces.split(","):
         trace = load_trace(name, args.jobs, gpus, args.load, args.users)
         if trace is None:
             continue
         trace = fill_time_limits(trace, args.seed)
         speedup = args.speedup or auto_speedup(trace, gpus)
-        live, sim = {}, {}
-        rows_live = {mode: live_row(args, trace, name, mode, speedup, work) for mode in modes}
-        dirs = {mode: Path(args.live_from or work) / name / mode for mode in modes}
-        # live a job holds its GPUs a little longer than its work (launch, interpreter,
-        # sacct's whole seconds): measured on every mode's jobs that ran once, pooled
-        launch = fidelity_jobs.launch_wall_s(
-            [dirs[m] / "records.json" for m in modes], trace, speedup
+        rows = [
+            {mode: live_row(args, trace, name, mode, speedup, live) for mode in modes}
+            for live, _ in runs
+        ]  # every replay first, one at a time; then the simulations
+        for (live, out), rows_live in zip(runs, rows):
+            cells += simulate_run(args, trace, name, modes, speedup, live, out, rows_live)
+    return cells
+
+
+def simulate_run(
+    args: argparse.Namespace,
+    trace: list[TraceJob],
+    name: str,
+    modes: list[str],
+    speedup: float,
+    live: Path,
+    out: Path,
+    rows_live: dict[str, dict],
+) -> list[Cell]:
+    """Simulate one live run's modes with its inputs: once as measured, over the pass
+    period's range, and `--sim-ensemble` times perturbed (fidelity_ensemble)."""
+    dirs = {mode: live / name / mode for mode in modes}
+    # live a job holds its GPUs a little longer than its work (launch, interpreter):
+    # measured on every mode's jobs that ran once, pooled, from slurmctld's log (ms),
+    # else from sacct's whole seconds (runs kept without the log)
+    ctld = fidelity_ctld.launch_extras(list(dirs.values()), trace, speedup)
+    extras = (
+        ctld
+        if ctld is not None
+        else fidelity_jobs.launch_extras(
+            [d / "records.json" for d in dirs.values()], trace, speedup
         )
-        for mode in modes:
-            row = rows_live[mode]
-            live[mode] = row["avg_jct_s"]
-            policy = with_checkpoints(
-                replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
-            )
-            if args.requeue_hold:  # as the replay tells its service (replay.service)
-                policy = with_requeue_hold(policy, speedup)
-            period = pass_period_s(dirs[mode] / "service.log")
-            row["launch_wall_s"] = launch
-            sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period, launch)
-            out, sim_run = simulate(sim_trace, policy, cluster)
-            sim[mode] = out["avg_jct_s"]
-            per_job(args, work, name, mode, trace, speedup, sim_run)
-            spread = (sim[mode], sim[mode])
-            if mode != "slurm":  # how much the service's pass timing alone moves it
-                base = period or service_interval_s(speedup)
-                jct = [
-                    simulate(t, policy, c)[0]["avg_jct_s"]
-                    for t, c in (
-                        sim_inputs(trace, args, mode, speedup, base * f, launch)
-                        for f in PERIOD_JITTER
-                    )
-                ]
-                spread = (min(jct + [sim[mode]]), max(jct + [sim[mode]]))
-            row["sim_min_s"], row["sim_max_s"] = spread
-            rows.append((name, len(trace), speedup, mode, live[mode], sim[mode], row))
-            print(
-                f"{name} {mode}: live {live[mode]:.0f} s, sim {sim[mode]:.0f} s, "
-                f"ratio {live[mode] / sim[mode]:.2f}",
-                flush=True,
-            )
-        rows.append((name, "order", order(live), order(sim), orders_agree(live, sim)))
-    return rows
-
-
-def print_table(rows: list[tuple], work: Path) -> None:
-    print()
-    print(
-        "| trace | jobs | speedup | mode | live avg JCT (s) | sim avg JCT (s) | live/sim |"
-        " sim range, pass period x0.9-1.1 (s) | live p95 | live util | requeues | timeouts |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        if r[1] == "order":
-            print(f"| {r[0]} | order of modes: live {r[2]}; simulated {r[3]}; agree: {r[4]} |")
-            continue
-        name, n, speedup, mode, lv, sv, row = r
-        print(
-            f"| {name} | {n} | {speedup:.0f} | {mode} | {lv:.0f} | {sv:.0f} | {lv / sv:.2f} | "
-            f"{row['sim_min_s']:.0f}-{row['sim_max_s']:.0f} | "
-            f"{row['p95_jct_s']:.0f} | {row['gpu_utilization']:.2f} | {row['requeues']} | {row['timeouts']} |"
+    launch = sum(extras) / len(extras) if extras else 0.0
+    cells = []
+    for mode in modes:
+        row = rows_live[mode]
+        policy = with_checkpoints(
+            replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
         )
-    print(f"\nlogs: {work}")
+        if args.requeue_hold:  # as the replay tells its service (replay.service)
+            policy = with_requeue_hold(policy, speedup)
+        period = fidelity_ctld.pass_period_s(dirs[mode] / "service.log")
+        row["launch_wall_s"] = launch
+        row["launch_from"] = "slurmctld log" if ctld is not None else "sacct"
+        sim_trace, cluster = sim_inputs(trace, args, mode, speedup, period, launch)
+        res, sim_run = simulate(sim_trace, policy, cluster)
+        sim = res["avg_jct_s"]
+        fidelity_jobs.per_job(dirs[mode], out / name / mode, trace, speedup, sim_run)
+        spread = (sim, sim)
+        if mode != "slurm":  # how much the service's pass timing alone moves it
+            base = period or service_interval_s(speedup)
+            jct = [
+                simulate(t, policy, c)[0]["avg_jct_s"]
+                for t, c in (
+                    sim_inputs(trace, args, mode, speedup, base * f, launch) for f in PERIOD_JITTER
+                )
+            ]
+            spread = (min(jct + [sim]), max(jct + [sim]))
+        row["sim_min_s"], row["sim_max_s"] = spread
+        ensemble = None
+        if args.sim_ensemble:
+            draws = Draws(
+                speedup,
+                tuple(w for w in args.perturb.split(",") if w),
+                launch,
+                tuple(ctld or ()),  # sacct's spread is its clock's: no draw from it
+                tuple(fidelity_ctld.submit_lags(dirs[mode], trace, speedup)),
+            )
+            members = [
+                perturb(sim_trace, cluster, draws, args.seed, k) for k in range(args.sim_ensemble)
+            ]
+            ensemble = Spread(
+                tuple(m.avg_jct_s(simulate(m.jobs, policy, cluster)[1]) for m in members)
+            )
+        live_jct = row["avg_jct_s"]
+        cells.append(Cell(name, len(trace), speedup, mode, str(live), live_jct, sim, row, ensemble))
+        extra = (
+            f"; ensemble of {args.sim_ensemble}: mean {ensemble.mean:.0f} s,"
+            f" {ensemble.low:.0f}-{ensemble.high:.0f}, live at percentile"
+            f" {ensemble.percentile(live_jct):.0f}"
+            if ensemble
+            else ""
+        )
+        print(
+            f"{name} {mode} ({live}): live {live_jct:.0f} s, sim {sim:.0f} s,"
+            f" ratio {live_jct / sim:.2f}{extra}",
+            flush=True,
+        )
+    return cells
 
 
 if __name__ == "__main__":

@@ -39,19 +39,21 @@ def live_jobs(records: Path, trace: Sequence[TraceJob], speedup: float) -> dict[
     }
 
 
-def launch_wall_s(records: Sequence[Path], trace: Sequence[TraceJob], speedup: float) -> float:
-    """How much longer than its work a job held its GPUs live, on average (wall s):
-    Slurm's launch, the interpreter's start and sacct's whole seconds. Jobs that ran
-    once and completed, over all the given replays' records; 0 without any."""
+def launch_extras(
+    records: Sequence[Path], trace: Sequence[TraceJob], speedup: float
+) -> list[float]:
+    """How much longer than its work each job held its GPUs live (wall s): Slurm's
+    launch, the interpreter's start and sacct's whole seconds (fidelity_ctld has it to
+    the millisecond where the run kept slurmctld's log). Jobs that ran once and
+    completed, over all the given replays' records."""
     work = {t.job_id: t.duration_s / speedup for t in trace}
-    extra = [
+    return [
         sum(e - s for s, e in r["runs"]) - work[int(k)]
         for path in records
         if path.exists()
         for k, r in json.loads(path.read_text()).items()
         if r["state"] == "COMPLETED" and r["requeues"] == 0 and r["runs"]
     ]
-    return sum(extra) / len(extra) if extra else 0.0
 
 
 def sim_jobs(jobs: Sequence[SimJob]) -> dict[int, dict]:
@@ -91,3 +93,16 @@ def compare(live: dict[int, dict], sim: dict[int, dict], top: int = 8) -> list[s
             f" sim {b['requeues']}; {a['state']}/{b['state']}"
         )
     return lines
+
+
+def per_job(
+    live: Path, out: Path, trace: Sequence[TraceJob], speedup: float, sim_run: list
+) -> None:
+    """Where live and simulated runs part, job by job (printed, and kept as per_job.txt)."""
+    records = live / "records.json"
+    if not records.exists():
+        return
+    lines = compare(live_jobs(records, trace, speedup), sim_jobs(sim_run))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "per_job.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(f"  {line}" for line in lines), flush=True)
