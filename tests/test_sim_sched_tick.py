@@ -2,8 +2,12 @@
 request for a scheduling run at its background loop's next whole second, but runs the
 main scheduler at once when a job ends (docs/simulator.md)."""
 
-import pytest
+import json
 
+import pytest
+from click.testing import CliRunner
+
+from slurm_ext.cli.sim import simulate
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.traces import TraceJob
@@ -98,3 +102,21 @@ def test_the_tick_runs_no_pass_when_a_job_end_already_served_the_request():
 def test_bad_ticks_are_refused_by_name(options, needs):
     with pytest.raises(ValueError, match=needs):
         SimConfig(**options)
+
+
+def test_simulate_sched_tick_option(tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("job_id,num_gpu,submit_time,duration,time_limit\n1,1,130,50,600\n")
+    base = ["--trace", str(csv), "--nodes", "1", "--gpus-per-node", "4", "--policy", "fifo"]
+    base += ["--no-preemptive", "--bf-interval", "10000", "--json"]
+    jct = {}
+    for tick in ("0", "100"):
+        r = CliRunner().invoke(simulate, [*base, "--sched-tick", tick])
+        assert r.exit_code == 0, r.output
+        jct[tick] = json.loads(r.output)["avg_jct_s"]
+    # the reader starts the trace at 0: the job starts at its submit, or at the tick of 100
+    assert jct == {"0": 50.0, "100": 150.0}
+    r = CliRunner().invoke(simulate, [*base, "--sched-tick", "-1"])
+    assert r.exit_code == 2 and "--sched-tick" in r.output
+    r = CliRunner().invoke(simulate, [*base, "--sched-tick", "1", "--scheduler", "greedy"])
+    assert r.exit_code == 1 and "needs scheduler 'slurm'" in r.output
