@@ -4,9 +4,10 @@ Events (a heap): arrivals, completions (or time-limit kills), wake-ups when a jo
 priority key changes on its own (queue threshold or Gittins grid crossed, protection
 over, starvation promotion, as `policy.key_change_after` says), and the ticks of the
 policy's pass interval and of Slurm's backfill pass. After each batch of same-time
-events one pass walks the pending jobs best key first: a job starts if `choose_gpus`
-finds it room; otherwise, when preemptive, the rule `policy.preemption.choose_victims`
-picks the running jobs to requeue so that it fits. What happens to a job that can
+events (or at the main scheduler's next tick: `sim.scheduler`, `sched_tick_s`) one pass
+walks the pending jobs best key first: a job starts if `choose_gpus` finds it room;
+otherwise, when preemptive, the rule `policy.preemption.choose_victims` picks the
+running jobs to requeue so that it fits. What happens to a job that can
 neither fit nor preempt depends on `SimConfig.scheduler`: "greedy" skips it (smaller,
 lower-ranked jobs may still start), "strict" and "slurm" (Slurm's main scheduler) end
 the pass there; "slurm" then lets its backfill pass (`sim.scheduler`, `sim.backfill`)

@@ -32,8 +32,8 @@ class SimConfig:
         (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`), or
         `Completed` records with their kind for per-kind tables (`gittins_kinds`).
     scheduler: who starts pending jobs, in the policy's priority order (docs/simulator.md):
-        "slurm": Slurm's main scheduler (at events: strict order, stops at the first
-            job that does not fit) plus its sched/backfill pass every bf_interval_s
+        "slurm": Slurm's main scheduler (at events, or `sched_tick_s`: strict order,
+            stops at the first job that does not fit) plus its sched/backfill pass every bf_interval_s
             (reservations from time limits, `sim.backfill`); jobs die at their limit.
         "greedy": one pass per event batch, lower-ranked jobs that fit start past a
             blocked one (first fit, no reservation, no time limits).
