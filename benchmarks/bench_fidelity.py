@@ -37,7 +37,9 @@ every completion as the service rebuilds it each pass (`history_refresh` = 1), a
 Slurm's whole-second clock in the run lengths that history learns (`clock_s` = 1 wall s
 x speedup; --exact-clock leaves it out), and cons_tres's will-run window in backfill's
 reservations (`bf_willrun_window_s` = 30 wall s x speedup, `sim.willrun`;
---exact-willrun leaves it out). The simulated spread over
+--exact-willrun leaves it out), and the main scheduler's wait for slurmctld's next
+whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end runs it
+at once; --no-sched-tick leaves it out). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
@@ -92,6 +94,9 @@ TIRESIAS_60 = (
 # much one run's timing (Slurm's and the service's latency) can move the result
 PERIOD_JITTER = (0.9, 0.95, 1.05, 1.1)
 SLURM_CLOCK_S = 1.0  # Slurm's StartTime/EndTime resolution (wall s)
+# slurmctld's background loop wakes at each whole wall second and runs the main scheduler
+# that a submit asked for (the replay's sched_interval=1, batch_sched_delay=0)
+SCHED_TICK_S = 1.0
 SIM_POLICY = {"slurm": "fifo", "service": "gittins", "service-requeue": "gittins"}
 
 
@@ -153,6 +158,10 @@ def sim_inputs(
         # cons_tres's will-run batches: 30 wall s, doubling (sim.willrun)
         bf_willrun_window_s=WILLRUN_WINDOW_S * speedup if args.willrun else 0.0,
         bf_willrun_start="batch",  # the replay's Debian 22.05 reports the batch's last end
+        # a submit waits for the main scheduler's next whole-second tick; a job end does not
+        sched_tick_s=SCHED_TICK_S * speedup
+        if args.sched_tick and args.scheduler == "slurm"
+        else 0.0,
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,
@@ -205,6 +214,12 @@ def main() -> int:
         dest="willrun",
         action="store_false",
         help="plan blocked jobs at their exact earliest start, not in cons_tres's will-run batches",
+    )
+    ap.add_argument(
+        "--no-sched-tick",
+        dest="sched_tick",
+        action="store_false",
+        help="simulate Slurm's main scheduler at each submit, not at its next whole-second tick",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

@@ -8,7 +8,7 @@ cannot control and the simulator takes as fixed; the draws are inputs, the simul
 defaults and decisions are untouched:
 
   shift   the phase of every timer against the trace: live, slurmctld's backfill and
-          scheduling ticks, the service's passes, cons_tres's will-run windows and
+          main scheduler's ticks, the service's passes, cons_tres's will-run windows and
           Slurm's whole-second clock start wherever the replay's epoch falls; the
           simulator aligns them all on multiples of their period from trace time 0. The
           whole trace is shifted by a uniform draw below the longest period (JCTs are
@@ -70,6 +70,7 @@ def timer_span_s(cluster: SimConfig) -> float:
         cluster.pass_interval_s,
         cluster.bf_interval_s,
         cluster.clock_s,
+        cluster.sched_tick_s,
     )
 
 

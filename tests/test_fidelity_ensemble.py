@@ -4,6 +4,7 @@ and the comparison of means read the runs they are given."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -60,6 +61,21 @@ def test_shift_moves_every_submit_alike_below_the_longest_timer():
         assert all(out[j.job_id].duration_s == j.duration_s for j in trace)
         shifts.add(shift)
     assert len(shifts) == 5  # each member its own phase
+
+
+def test_sim_inputs_give_the_main_scheduler_its_whole_second_tick():
+    args = dict(
+        nodes=4, gpus_per_node=4, preemptible_fraction=0.5, seed=0, scheduler="slurm",
+        willrun=True, checkpoint_interval=1800.0, requeue_hold=True, slurm_clock=True,
+        sched_tick=True,
+    )  # fmt: skip
+    _, cl = bench_fidelity.sim_inputs(jobs(), argparse.Namespace(**args), "slurm", SPEEDUP)
+    assert cl.sched_tick_s == SPEEDUP  # 1 wall s
+    for off in (dict(sched_tick=False), dict(scheduler="greedy")):
+        ns = argparse.Namespace(**{**args, **off})
+        assert bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].sched_tick_s == 0.0
+    # the ensemble's shift draws the tick's phase too
+    assert timer_span_s(cluster(sched_tick_s=40 * SPEEDUP)) == 40 * SPEEDUP
 
 
 def test_a_shift_changes_nothing_without_timers():

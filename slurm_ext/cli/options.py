@@ -148,7 +148,7 @@ def seed_option(help: str) -> Callable[[F], F]:
 
 def backfill_options(func: F) -> F:
     """--bf-window, --bf-interval, --bf-max-job-test, --bf-resolution: sched/backfill's
-    settings, in seconds where Slurm's are in minutes."""
+    settings, in seconds where Slurm's are in minutes; --sched-tick: the main scheduler's."""
     for option in reversed(
         (
             click.option(
@@ -194,6 +194,15 @@ def backfill_options(func: F) -> F:
                 show_default=True,
                 help="The start a batch reports: the last end on the chosen nodes (Slurm "
                 "25.11) or the batch's last end (22.05).",
+            ),
+            click.option(
+                "--sched-tick",
+                type=click.FloatRange(min=0),
+                default=0.0,
+                show_default=True,
+                help="Seconds between the main scheduler's runs for submits (slurmctld: its "
+                "next whole second, x speedup in a replay); a job end runs it at once. "
+                "0: at each event.",
             ),
         )
     ):

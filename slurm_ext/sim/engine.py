@@ -4,9 +4,10 @@ Events (a heap): arrivals, completions (or time-limit kills), wake-ups when a jo
 priority key changes on its own (queue threshold or Gittins grid crossed, protection
 over, starvation promotion, as `policy.key_change_after` says), and the ticks of the
 policy's pass interval and of Slurm's backfill pass. After each batch of same-time
-events one pass walks the pending jobs best key first: a job starts if `choose_gpus`
-finds it room; otherwise, when preemptive, the rule `policy.preemption.choose_victims`
-picks the running jobs to requeue so that it fits. What happens to a job that can
+events (or at the main scheduler's next tick: `sim.scheduler`, `sched_tick_s`) one pass
+walks the pending jobs best key first: a job starts if `choose_gpus` finds it room;
+otherwise, when preemptive, the rule `policy.preemption.choose_victims` picks the
+running jobs to requeue so that it fits. What happens to a job that can
 neither fit nor preempt depends on `SimConfig.scheduler`: "greedy" skips it (smaller,
 lower-ranked jobs may still start), "strict" and "slurm" (Slurm's main scheduler) end
 the pass there; "slurm" then lets its backfill pass (`sim.scheduler`, `sim.backfill`)
@@ -54,7 +55,7 @@ from slurm_ext.sim.simjob import SCHEDULERS, SimConfig, SimJob
 from slurm_ext.sim.traces import TraceJob
 
 # same-time order: free GPUs first, then arrivals, key changes, the policy's and Slurm's ticks
-FINISH, ARRIVE, WAKE, POLICY_TICK, BF_TICK = 0, 1, 2, 3, 4
+FINISH, ARRIVE, WAKE, POLICY_TICK, BF_TICK, SCHED_TICK = 0, 1, 2, 3, 4, 5
 INF = math.inf
 _first = itemgetter(0)
 # the event heap is purged of stale entries when it outgrows max(this, twice its live size)
@@ -125,6 +126,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         self.bf_due: float | None = None  # the pending backfill tick
         self.bf_changed = False  # something a backfill pass reads changed since the last
         self.policy_due: float | None = None  # the pending policy tick
+        self.sched_due, self.sched_wanted = None, False  # main scheduler's tick (scheduler.py)
         # the backfill pass's per-node steps, kept across passes; a node is stale once a
         # job starts or stops on it (sim/scheduler.py)
         self.steps: dict[str, NodeSteps] = {}
@@ -188,6 +190,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         rekey = self._rekey
         preemptive = self.cl.preemptive
         every = self.cl.pass_interval_s  # the policy acts at its multiples (0: every event)
+        tick = self.cl.sched_tick_s  # Slurm's main scheduler waits for it (0: runs at events)
         passes = 0
         # a stale event alone at its time makes an empty iteration, except for the
         # continuous keys' pass (`dynamic`): only then must stale events stay
@@ -205,6 +208,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                 if job.running and ver == job.run_ver:
                     self._complete(job, now)
                     need_pass = True
+            ended = need_pass  # a job ended: Slurm's main scheduler runs at once
             while next_arrival == now:
                 job = arrivals[ai]
                 ai += 1
@@ -212,14 +216,16 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                 self.n_pending += 1
                 self._rekey(job, now)
                 need_pass = True
-            policy_tick = bf_tick = False
+            policy_tick = bf_tick = sched_tick = False
             while events and events[0][0] == now:
                 _, kind, _, ver, job = heappop(events)
-                if kind == POLICY_TICK:
-                    policy_tick, self.policy_due = True, None
-                    continue
-                if kind == BF_TICK:
-                    bf_tick, self.bf_due = True, None
+                if kind > WAKE:  # a tick
+                    if kind == POLICY_TICK:
+                        policy_tick, self.policy_due = True, None
+                    elif kind == BF_TICK:
+                        bf_tick, self.bf_due = True, None
+                    else:  # SCHED_TICK: a pass if one was asked for since the last
+                        sched_tick, self.sched_due = self.sched_wanted, None
                     continue
                 if ver == job.key_ver and job.finish is None:  # WAKE
                     rekey(job, now, True)
@@ -235,8 +241,11 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                             need_pass = self.best_pending < job.key
                         else:
                             need_pass = self._outranked(job.key)
-            if need_pass or self.dynamic or policy_tick:
+            if tick and need_pass and not (ended or policy_tick or sched_tick):
+                need_pass = self._defer_pass(now)  # to the main scheduler's next tick
+            if need_pass or sched_tick or self.dynamic or policy_tick:
                 self._pass(now, not every or policy_tick)
+                self.sched_wanted = False
                 if self.on_pass is not None:
                     self.on_pass(self, now)
             if self.slurm:

@@ -1,8 +1,13 @@
-"""The simulator's Slurm scheduler ("slurm"): the ticks of the backfill pass and of the
-policy's pass interval, and the backfill pass on the simulator's state.
+"""The simulator's Slurm scheduler ("slurm"): the ticks of the backfill pass, of the
+main scheduler and of the policy's pass interval, and the backfill pass on the
+simulator's state.
 
 Slurm's main scheduler is the engine's strict pass (priority order, it stops at the first
-job that does not fit), run after every batch of events. Its backfill pass runs at the
+job that does not fit), run after every batch of events. With `sched_tick_s` it runs at
+once only after a batch with a completion (or a policy tick): slurmctld calls
+`schedule()` from the epilog-complete RPC, while a submit, a priority update or a held
+job's release only counts a request (`queue_job_scheduler`), served by its background
+loop at the next whole wall second (`_defer_pass`). Its backfill pass runs at the
 multiples of `bf_interval_s`, but only when something it reads changed since the last
 one (a job arrived, started, ended or changed rank) and GPUs are free: otherwise it
 would start nothing. The pass itself is `sim.backfill.backfill_pass`, a pure function.
@@ -31,7 +36,7 @@ if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
 
 INF = math.inf
-POLICY_TICK, BF_TICK = 3, 4  # event kinds (engine.py)
+POLICY_TICK, BF_TICK, SCHED_TICK = 3, 4, 5  # event kinds (engine.py)
 # a pass sorts bucket heaps of up to this many entries per `bf_max_job_test` (`_in_order`)
 SORT_PER_JOB_TEST = 4
 _first = itemgetter(0)
@@ -57,6 +62,17 @@ class SlurmPasses:
             heappush(self.events, (self.bf_due, BF_TICK, self.seq, 0, None))
         if cl.pass_interval_s and cl.preemptive and self.n_pending and self.policy_due is None:
             self._arm_policy_tick(now)
+
+    def _defer_pass(self: Simulator, now: float) -> bool:
+        """Ask the main scheduler for a pass at its next tick (a multiple of
+        `sched_tick_s`), as `queue_job_scheduler` asks slurmctld's background loop;
+        backfill sees the change at its own tick. False: no pass now."""
+        self.sched_wanted = self.bf_changed = True
+        if self.sched_due is None:
+            self.sched_due = next_multiple(now, self.cl.sched_tick_s)
+            self.seq += 1
+            heappush(self.events, (self.sched_due, SCHED_TICK, self.seq, 0, None))
+        return False
 
     def _arm_policy_tick(self: Simulator, now: float) -> None:
         self.policy_due = next_multiple(now, self.cl.pass_interval_s)

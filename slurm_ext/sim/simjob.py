@@ -32,8 +32,8 @@ class SimConfig:
         (GPUs, GPU-seconds) for per-GPU-class Gittins tables (`gittins_classes`), or
         `Completed` records with their kind for per-kind tables (`gittins_kinds`).
     scheduler: who starts pending jobs, in the policy's priority order (docs/simulator.md):
-        "slurm": Slurm's main scheduler (at events: strict order, stops at the first
-            job that does not fit) plus its sched/backfill pass every bf_interval_s
+        "slurm": Slurm's main scheduler (at events, or `sched_tick_s`: strict order,
+            stops at the first job that does not fit) plus its sched/backfill pass every bf_interval_s
             (reservations from time limits, `sim.backfill`); jobs die at their limit.
         "greedy": one pass per event batch, lower-ranked jobs that fit start past a
             blocked one (first fit, no reservation, no time limits).
@@ -45,6 +45,13 @@ class SimConfig:
         doubling (`sim.willrun`); Slurm's is 30 wall s, so 30 trace s at a site and 30 x
         X in a replay at speedup X. 0 (the default): the earliest exact start, the model
         before session 7 (30 moves a 2,000-job run: docs/simulator.md).
+    sched_tick_s: the main scheduler's tick ("slurm" only; 0, the default: none). Slurm
+        runs its main scheduler at once only when a job ends (the epilog-complete RPC);
+        a submit, a priority update or a held job's release only asks for a run, which
+        slurmctld's background loop makes at its next whole wall second. So when > 0, a
+        batch of events without a completion or a policy tick (arrivals, requeued jobs
+        released, key changes) waits for the next multiple of this to run the strict
+        pass (`sim.scheduler`); 1 wall s x speedup in a live replay.
     bf_willrun_start: the start cons_tres reports after a batch: "nodes" (Slurm 25.11)
         the last end of a removed job on the nodes it chose, "batch" (Slurm 22.05, the
         replay's, to at least 23.x) the end of the batch's last job.
@@ -92,6 +99,7 @@ class SimConfig:
     bf_resolution_s: float = 60.0
     bf_willrun_window_s: float = 0.0
     bf_willrun_start: str = "nodes"
+    sched_tick_s: float = 0.0
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
     max_requeues_per_pass: int = 0
@@ -122,10 +130,16 @@ class SimConfig:
             "requeue_delay_s",
             "clock_s",
             "bf_willrun_window_s",
+            "sched_tick_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if self.sched_tick_s > 0 and self.scheduler != "slurm":
+            raise ValueError(
+                f"sched_tick_s models Slurm's main scheduler: it needs scheduler 'slurm', "
+                f"got {self.scheduler!r}"
+            )
         if self.max_requeues_per_pass < 0:
             raise ValueError(
                 f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
