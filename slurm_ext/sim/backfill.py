@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.sim.bfprofile import NodeSteps, Profile, node_steps
+from slurm_ext.sim.corefit import cores_fit, fits_evenly
 from slurm_ext.sim.willrun import coarse_start
 
 __all__ = [
@@ -94,6 +95,7 @@ def backfill_pass(
     free_cpus: Mapping[str, int] | None = None,
     on_reserve: Callable[[int, float], None] | None = None,
     steps: Mapping[str, NodeSteps] | None = None,
+    fit_cores: Mapping[str, int] | None = None,
 ) -> list[tuple[int, list[tuple[str, int]]]]:
     """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
 
@@ -105,10 +107,14 @@ def backfill_pass(
     steps: per node of `free`, in its order, `node_steps` of its free GPUs and its
     `node_ends` rounded up to `bf_resolution` (a cache the caller keeps across passes);
     then `node_ends` is unused.
+    fit_cores: free cores per node now when a starting one-node or whole-node job goes
+    where cons_tres puts it by free cores (`sim.corefit`; each start takes one core per
+    node); None: best fit on free GPUs.
     """
     res = params.resolution_s
     base = math.floor(now / res) * res
     free_now = dict(free)
+    cores_now = dict(fit_cores) if fit_cores is not None else None
     cpus_now = dict(free_cpus) if free_cpus is not None else None
     total = sum(free_now.values())
     if total <= 0:
@@ -225,6 +231,9 @@ def backfill_pass(
                 alloc = None
             elif after is not room_now:  # a reservation took some of its room
                 alloc = choose_gpus(after, c.gpus, c.consolidate, cpus)
+                room_now = after
+        if alloc is not None and cores_now is not None and fits_evenly(c.gpus, capacity):
+            alloc = cores_fit(room_now.free, c.gpus, capacity, cores_now)
         if alloc is None:
             failed.add(shape)
             deferred.append(c)
@@ -235,6 +244,8 @@ def backfill_pass(
             free_now[n] -= g
             if cpus_now is not None:
                 cpus_now[n] -= g * c.cpus_per_gpu
+            if cores_now is not None:
+                cores_now[n] -= 1
         total -= c.gpus
         started.append((c.job_id, alloc))
         open_nodes = [n for n in open_nodes if free_now[n] > 0]
