@@ -169,6 +169,8 @@ def sim_inputs(
         fit_cores=max(16, 2 * args.gpus_per_node)
         if args.core_fit and args.scheduler == "slurm"
         else 0,
+        # a blocked job's reservation takes its nodes whole (backfill's node bitmap)
+        bf_whole_nodes=args.whole_nodes,
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,
@@ -233,6 +235,12 @@ def main() -> int:
         dest="core_fit",
         action="store_false",
         help="start jobs by best fit on free GPUs, not on the nodes cons_tres picks by free cores",
+    )
+    ap.add_argument(
+        "--gpu-resv",
+        dest="whole_nodes",
+        action="store_false",
+        help="reserve a blocked job's GPUs only, not its nodes whole",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

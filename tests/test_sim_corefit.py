@@ -126,3 +126,22 @@ def test_fit_cores_is_slurms_and_not_negative():
     with pytest.raises(ValueError, match="scheduler 'slurm'"):
         SimConfig(fit_cores=16, scheduler="greedy")
     assert SimConfig().fit_cores == 0  # off by default: best fit on free GPUs
+
+
+def test_a_reservation_takes_its_nodes_whole_when_asked():
+    # B (3 GPUs) is blocked and reserved on n0 from 100 (when n0's 2-GPU job ends); C
+    # (1 GPU, long) fits now beside it by GPUs (n0 keeps 1 GPU free after 100), but
+    # Slurm's backfill map is a node bitmap: n0 is off limits for C from 100
+    pending = [Candidate(1, 3, True, 500.0), Candidate(2, 1, True, 1000.0)]
+    free = {"n0": 2, "n1": 0}
+    ends = {"n0": [(100.0, 2)], "n1": [(1000.0, 4)]}
+    reserved = []
+
+    def go(**kw):
+        reserved.clear()
+        params = BackfillParams(window_s=5000.0, resolution_s=1.0, **kw)
+        on = lambda j, s: reserved.append((j, s))  # noqa: E731
+        return backfill_pass(0.0, pending, free, ends.__getitem__, 4, params, on_reserve=on)
+
+    assert go() == [(2, [("n0", 1)])] and reserved == [(1, 100.0)]
+    assert go(whole_nodes=True) == [] and reserved == [(1, 100.0)]

@@ -9,7 +9,10 @@ other job gets a reservation at its earliest start, if that falls inside `bf_win
 Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
 slurmctld does). At most `bf_max_job_test` jobs are looked at per pass. With
 `BackfillParams.willrun_window_s` > 0 a blocked job's start and nodes are the ones
-cons_tres's will-run test reports (`sim.willrun.coarse_start`), not the earliest.
+cons_tres's will-run test reports (`sim.willrun.coarse_start`), not the earliest. With
+`whole_nodes` a reservation takes its nodes whole, as Slurm's backfill map (a node
+bitmap) does; with `fit_cores` a job started now goes where cons_tres puts it by free
+cores (`sim.corefit`).
 
 The model is per node and per GPU count: a node offers, over a time window, the fewest
 GPUs free at any moment of it. It leaves out cores, memory and licences, advance
@@ -59,6 +62,9 @@ class BackfillParams:
     # reports it; 0: the earliest exact start
     willrun_window_s: float = 0.0
     willrun_batch_start: bool = False  # report the batch's last end (Slurm up to 23.x)
+    # a blocked job's reservation takes its nodes whole, as Slurm's backfill map (a node
+    # bitmap) does; False: only its GPUs
+    whole_nodes: bool = False
 
     def __post_init__(self) -> None:
         if not (
@@ -159,7 +165,9 @@ def backfill_pass(
                 )
             if not alloc or s >= horizon:
                 continue
-            profile.reserve(alloc, s, s + d_span)
+            profile.reserve(
+                [(n, capacity) for n, _ in alloc] if params.whole_nodes else alloc, s, s + d_span
+            )
             planned.update(n for n, _ in alloc)
             if on_reserve is not None:
                 on_reserve(d.job_id, s)
@@ -168,7 +176,7 @@ def backfill_pass(
             for n, _ in alloc:
                 f = free_now[n]
                 if f > 0:
-                    room_now.set(n, min(f, profile.window_min(n, base, end)))
+                    room_now.set(n, max(0, min(f, profile.window_min(n, base, end))))
             changed = True
             if choose_gpus(room_now, c.gpus, c.consolidate, cpus) is None:
                 del deferred[: i + 1]
@@ -183,7 +191,7 @@ def backfill_pass(
         for n in open_nodes:
             f = free_now[n]
             if n in planned:
-                f = min(f, profile.window_min(n, base, base + span))
+                f = max(0, min(f, profile.window_min(n, base, base + span)))
             idx.set(n, f)
         return idx
 

@@ -96,6 +96,7 @@ class SlurmPasses:
             cl.bf_resolution_s,
             cl.bf_willrun_window_s,
             cl.bf_willrun_start == "batch",
+            cl.bf_whole_nodes,
         )
         started = backfill_pass(
             now,

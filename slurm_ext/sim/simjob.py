@@ -60,6 +60,10 @@ class SimConfig:
         one-node or whole-node job starts on the nodes Slurm's `_eval_nodes_consec`
         picks by free cores, each running job holding one core per node as a replay's
         jobs do (`sim.corefit`); the replay's nodes have 16.
+    bf_whole_nodes: a blocked job's backfill reservation takes its nodes whole ("slurm"
+        only; False, the default: only its GPUs). Slurm's backfill map (`node_space` in
+        backfill.c) is a node bitmap: a reserved node is off limits to every lower-ranked
+        job over the reservation's time, even where GPUs stay free.
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
     one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
@@ -106,6 +110,7 @@ class SimConfig:
     bf_willrun_start: str = "nodes"
     sched_tick_s: float = 0.0
     fit_cores: int = 0
+    bf_whole_nodes: bool = False
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
     max_requeues_per_pass: int = 0
