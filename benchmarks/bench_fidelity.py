@@ -41,7 +41,8 @@ reservations (`bf_willrun_window_s` = 30 wall s x speedup, `sim.willrun`;
 whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end runs it
 at once; --no-sched-tick leaves it out), and cons_tres's node choice by free cores, a
 core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit leaves
-it out). The simulated spread over
+it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
+leaves it out). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
