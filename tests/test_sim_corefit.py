@@ -7,7 +7,7 @@ import pytest
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.backfill import BackfillParams, Candidate, backfill_pass
-from slurm_ext.sim.corefit import busy_cores, cores_fit, fits_evenly
+from slurm_ext.sim.corefit import cores_fit, fits_evenly
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.traces import TraceJob
 
@@ -66,10 +66,6 @@ def test_whole_node_jobs_take_the_first_nodes_of_the_tightest_long_enough_run():
     assert cores_fit(split, 8, 4, {"a": 14, "b": 16, "c": 15}) == [("b", 4), ("c", 4)]
     assert cores_fit(split, 16, 4, {"a": 16, "b": 16, "c": 16}) is None
     assert fits_evenly(8, 4) and fits_evenly(3, 4) and not fits_evenly(6, 4)
-
-
-def test_busy_cores_count_one_per_job_and_node():
-    assert busy_cores([[("a", 3)], [("a", 1), ("b", 4)], [("b", 1)]]) == {"a": 2, "b": 2}
 
 
 def trace_fragments():

@@ -1,7 +1,8 @@
 """Which nodes cons_tres gives a starting job when it weighs free cores, not free GPUs.
 
 Slurm's select/cons_tres picks a job's nodes in `_eval_nodes_consec`
-(topology/common/eval_nodes.c, 25.11; the same in the replay's 22.05): the nodes that
+(topology/common/eval_nodes.c in 25.11; the replay's 22.05 places as it on the live
+logs below): the nodes that
 can hold the job form runs of consecutive nodes; it takes the run with enough nodes and
 the fewest available CPUs (ties: the first), its first nodes, or for a one-node job the
 node of that run with the fewest available CPUs ("best fit single node", ties: the
@@ -21,20 +22,11 @@ jobs that spread unevenly over several nodes (`--gpus=N`), which keep `choose_gp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from slurm_ext.policy.placement import min_nodes
 
 Alloc = list[tuple[str, int]]
-
-
-def busy_cores(allocs: Iterable[Iterable[tuple[str, int]]]) -> dict[str, int]:
-    """Cores in use per node when each job holds one core on each of its nodes."""
-    used: dict[str, int] = {}
-    for alloc in allocs:
-        for n, _ in alloc:
-            used[n] = used.get(n, 0) + 1
-    return used
 
 
 def cores_fit(
