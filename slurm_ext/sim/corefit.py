@@ -2,11 +2,10 @@
 
 Slurm's select/cons_tres picks a job's nodes in `_eval_nodes_consec`
 (topology/common/eval_nodes.c in 25.11; the replay's 22.05 places as it on the live
-logs below): the nodes that
-can hold the job form runs of consecutive nodes; it takes the run with enough nodes and
-the fewest available CPUs (ties: the first), its first nodes, or for a one-node job the
-node of that run with the fewest available CPUs ("best fit single node", ties: the
-first). The weight is CPUs, not GPUs. A replay's job asks for one CPU per node (`-N n
+logs below): the nodes that can hold the job form runs of consecutive nodes; it takes
+the run with enough nodes and the fewest available CPUs (ties: the first), its first
+nodes, or for a one-node job the node of that run with the fewest available CPUs
+("best fit single node", ties: the first). The weight is CPUs, not GPUs. A replay's job asks for one CPU per node (`-N n
 --gres=gpu:g`), so a node's free CPUs fall by one per job it runs, whatever its GPUs:
 a one-GPU job goes next to the most jobs, not into the fullest node by GPUs. The six
 synth2 replays of session 8 (L1-L6) follow this rule in 396 of the 405 Slurm-alone
