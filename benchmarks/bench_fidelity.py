@@ -39,7 +39,10 @@ x speedup; --exact-clock leaves it out), and cons_tres's will-run window in back
 reservations (`bf_willrun_window_s` = 30 wall s x speedup, `sim.willrun`;
 --exact-willrun leaves it out), and the main scheduler's wait for slurmctld's next
 whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end runs it
-at once; --no-sched-tick leaves it out). The simulated spread over
+at once; --no-sched-tick leaves it out), and cons_tres's node choice by free cores, a
+core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit leaves
+it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
+leaves it out). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
@@ -162,6 +165,13 @@ def sim_inputs(
         sched_tick_s=SCHED_TICK_S * speedup
         if args.sched_tick and args.scheduler == "slurm"
         else 0.0,
+        # cons_tres places jobs by free cores, one per job on the replay's nodes
+        # (replay.target.local's cores per node; sim.corefit)
+        fit_cores=max(16, 2 * args.gpus_per_node)
+        if args.core_fit and args.scheduler == "slurm"
+        else 0,
+        # a blocked job's reservation takes its nodes whole (backfill's node bitmap)
+        bf_whole_nodes=args.whole_nodes,
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,
@@ -220,6 +230,18 @@ def main() -> int:
         dest="sched_tick",
         action="store_false",
         help="simulate Slurm's main scheduler at each submit, not at its next whole-second tick",
+    )
+    ap.add_argument(
+        "--gpu-fit",
+        dest="core_fit",
+        action="store_false",
+        help="start jobs by best fit on free GPUs, not on the nodes cons_tres picks by free cores",
+    )
+    ap.add_argument(
+        "--gpu-resv",
+        dest="whole_nodes",
+        action="store_false",
+        help="reserve a blocked job's GPUs only, not its nodes whole",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

@@ -67,13 +67,20 @@ def test_sim_inputs_give_the_main_scheduler_its_whole_second_tick():
     args = dict(
         nodes=4, gpus_per_node=4, preemptible_fraction=0.5, seed=0, scheduler="slurm",
         willrun=True, checkpoint_interval=1800.0, requeue_hold=True, slurm_clock=True,
-        sched_tick=True,
+        sched_tick=True, core_fit=True, whole_nodes=True,
     )  # fmt: skip
     _, cl = bench_fidelity.sim_inputs(jobs(), argparse.Namespace(**args), "slurm", SPEEDUP)
     assert cl.sched_tick_s == SPEEDUP  # 1 wall s
+    assert cl.fit_cores == 16  # the replay's 16-core nodes (replay.target.local)
+    assert cl.bf_whole_nodes  # backfill's node bitmap
+    ns = argparse.Namespace(**{**args, "whole_nodes": False})  # --gpu-resv
+    assert not bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].bf_whole_nodes
     for off in (dict(sched_tick=False), dict(scheduler="greedy")):
         ns = argparse.Namespace(**{**args, **off})
         assert bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].sched_tick_s == 0.0
+    for off in (dict(core_fit=False), dict(scheduler="greedy")):  # --gpu-fit
+        ns = argparse.Namespace(**{**args, **off})
+        assert bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].fit_cores == 0
     # the ensemble's shift draws the tick's phase too
     assert timer_span_s(cluster(sched_tick_s=40 * SPEEDUP)) == 40 * SPEEDUP
 

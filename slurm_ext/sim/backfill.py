@@ -9,7 +9,10 @@ other job gets a reservation at its earliest start, if that falls inside `bf_win
 Times are kept in steps of `bf_resolution` (start rounded down, ends rounded up, as
 slurmctld does). At most `bf_max_job_test` jobs are looked at per pass. With
 `BackfillParams.willrun_window_s` > 0 a blocked job's start and nodes are the ones
-cons_tres's will-run test reports (`sim.willrun.coarse_start`), not the earliest.
+cons_tres's will-run test reports (`sim.willrun.coarse_start`), not the earliest. With
+`whole_nodes` a reservation takes its nodes whole, as Slurm's backfill map (a node
+bitmap) does; with `fit_cores` a job started now goes where cons_tres puts it by free
+cores (`sim.corefit`).
 
 The model is per node and per GPU count: a node offers, over a time window, the fewest
 GPUs free at any moment of it. It leaves out cores, memory and licences, advance
@@ -32,6 +35,7 @@ from typing import NamedTuple
 
 from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.sim.bfprofile import NodeSteps, Profile, node_steps
+from slurm_ext.sim.corefit import cores_fit, fits_evenly
 from slurm_ext.sim.willrun import coarse_start
 
 __all__ = [
@@ -58,6 +62,9 @@ class BackfillParams:
     # reports it; 0: the earliest exact start
     willrun_window_s: float = 0.0
     willrun_batch_start: bool = False  # report the batch's last end (Slurm up to 23.x)
+    # a blocked job's reservation takes its nodes whole, as Slurm's backfill map (a node
+    # bitmap) does; False: only its GPUs
+    whole_nodes: bool = False
 
     def __post_init__(self) -> None:
         if not (
@@ -94,6 +101,7 @@ def backfill_pass(
     free_cpus: Mapping[str, int] | None = None,
     on_reserve: Callable[[int, float], None] | None = None,
     steps: Mapping[str, NodeSteps] | None = None,
+    fit_cores: Mapping[str, int] | None = None,
 ) -> list[tuple[int, list[tuple[str, int]]]]:
     """The jobs one backfill pass starts now, with their GPUs, in the order it starts them.
 
@@ -105,10 +113,14 @@ def backfill_pass(
     steps: per node of `free`, in its order, `node_steps` of its free GPUs and its
     `node_ends` rounded up to `bf_resolution` (a cache the caller keeps across passes);
     then `node_ends` is unused.
+    fit_cores: free cores per node now when a starting one-node or whole-node job goes
+    where cons_tres puts it by free cores (`sim.corefit`; each start takes one core per
+    node); None: best fit on free GPUs.
     """
     res = params.resolution_s
     base = math.floor(now / res) * res
     free_now = dict(free)
+    cores_now = dict(fit_cores) if fit_cores is not None else None
     cpus_now = dict(free_cpus) if free_cpus is not None else None
     total = sum(free_now.values())
     if total <= 0:
@@ -153,7 +165,9 @@ def backfill_pass(
                 )
             if not alloc or s >= horizon:
                 continue
-            profile.reserve(alloc, s, s + d_span)
+            profile.reserve(
+                [(n, capacity) for n, _ in alloc] if params.whole_nodes else alloc, s, s + d_span
+            )
             planned.update(n for n, _ in alloc)
             if on_reserve is not None:
                 on_reserve(d.job_id, s)
@@ -162,7 +176,7 @@ def backfill_pass(
             for n, _ in alloc:
                 f = free_now[n]
                 if f > 0:
-                    room_now.set(n, min(f, profile.window_min(n, base, end)))
+                    room_now.set(n, max(0, min(f, profile.window_min(n, base, end))))
             changed = True
             if choose_gpus(room_now, c.gpus, c.consolidate, cpus) is None:
                 del deferred[: i + 1]
@@ -177,7 +191,7 @@ def backfill_pass(
         for n in open_nodes:
             f = free_now[n]
             if n in planned:
-                f = min(f, profile.window_min(n, base, base + span))
+                f = max(0, min(f, profile.window_min(n, base, base + span)))
             idx.set(n, f)
         return idx
 
@@ -225,6 +239,9 @@ def backfill_pass(
                 alloc = None
             elif after is not room_now:  # a reservation took some of its room
                 alloc = choose_gpus(after, c.gpus, c.consolidate, cpus)
+                room_now = after
+        if alloc is not None and cores_now is not None and fits_evenly(c.gpus, capacity):
+            alloc = cores_fit(room_now.free, c.gpus, capacity, cores_now)
         if alloc is None:
             failed.add(shape)
             deferred.append(c)
@@ -235,6 +252,8 @@ def backfill_pass(
             free_now[n] -= g
             if cpus_now is not None:
                 cpus_now[n] -= g * c.cpus_per_gpu
+            if cores_now is not None:
+                cores_now[n] -= 1
         total -= c.gpus
         started.append((c.job_id, alloc))
         open_nodes = [n for n in open_nodes if free_now[n] > 0]

@@ -38,7 +38,7 @@ from heapq import heappop
 from operator import itemgetter
 
 from slurm_ext.model import JobView
-from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, choose_gpus, spread_slowdown
+from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, spread_slowdown
 from slurm_ext.policy.guard_budget import Due, budgeted
 from slurm_ext.policy.guards import wait_guarded
 from slurm_ext.policy.kinds import Choice, Completed
@@ -314,9 +314,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                 return
             tops.sort(key=_first)
             for _, b, job in tops:
-                alloc = choose_gpus(
-                    idx, job.gpus, job.must_consolidate, self.cluster.cpus(job.cpus_per_gpu)
-                )
+                alloc = self._fit(idx, job)  # `sim.scheduler`: Slurm's node choice
                 if alloc is None and can_preempt:
                     worst = self._top(self.running, True)
                     if worst is None or not worst.key > job.key:

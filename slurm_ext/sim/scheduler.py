@@ -23,6 +23,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from slurm_ext.policy import FreeIndex, choose_gpus
 from slurm_ext.sim.backfill import (
     BackfillParams,
     Candidate,
@@ -31,9 +32,11 @@ from slurm_ext.sim.backfill import (
     node_steps,
     round_up,
 )
+from slurm_ext.sim.corefit import cores_fit, fits_evenly
 
 if TYPE_CHECKING:
     from slurm_ext.sim.engine import Simulator
+    from slurm_ext.sim.simjob import SimJob
 
 INF = math.inf
 POLICY_TICK, BF_TICK, SCHED_TICK = 3, 4, 5  # event kinds (engine.py)
@@ -93,6 +96,7 @@ class SlurmPasses:
             cl.bf_resolution_s,
             cl.bf_willrun_window_s,
             cl.bf_willrun_start == "batch",
+            cl.bf_whole_nodes,
         )
         started = backfill_pass(
             now,
@@ -103,10 +107,23 @@ class SlurmPasses:
             params,
             self.free_cpus,
             steps=self._node_steps(),
+            fit_cores=self._free_cores() if cl.fit_cores else None,
         )
         by_id = self.by_id
         for job_id, alloc in started:
             self._start(by_id[job_id], alloc, now)
+
+    def _fit(self: Simulator, idx: FreeIndex, job: SimJob) -> list[tuple[str, int]] | None:
+        """Where the main scheduler starts `job` on `idx`'s free GPUs: best fit on free
+        GPUs (`choose_gpus`), or with `fit_cores` cons_tres's choice by free cores."""
+        cpus = self.cluster.cpus(job.cpus_per_gpu)
+        if self.cl.fit_cores and cpus is None and fits_evenly(job.gpus, idx.capacity):
+            return cores_fit(idx.free, job.gpus, idx.capacity, self._free_cores())
+        return choose_gpus(idx, job.gpus, job.must_consolidate, cpus)
+
+    def _free_cores(self: Simulator) -> dict[str, int]:
+        """Each node's free cores for `fit_cores`: one per job running there."""
+        return {n: self.cl.fit_cores - len(self.on_node[n]) for n in self.idx.free}
 
     def _fits_now(self: Simulator, bucket: tuple[int, bool, int]) -> bool:
         """Whether a job of this bucket could fit the free GPUs now, by GPU count alone.

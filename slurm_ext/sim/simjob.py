@@ -55,6 +55,15 @@ class SimConfig:
     bf_willrun_start: the start cons_tres reports after a batch: "nodes" (Slurm 25.11)
         the last end of a removed job on the nodes it chose, "batch" (Slurm 22.05, the
         replay's, to at least 23.x) the end of the batch's last job.
+    fit_cores: cons_tres's node choice on free cores ("slurm" only; 0, the default:
+        best fit on free GPUs, `policy.choose_gpus`). When > 0, the cores per node: a
+        one-node or whole-node job starts on the nodes Slurm's `_eval_nodes_consec`
+        picks by free cores, each running job holding one core per node as a replay's
+        jobs do (`sim.corefit`); the replay's nodes have 16.
+    bf_whole_nodes: a blocked job's backfill reservation takes its nodes whole ("slurm"
+        only; False, the default: only its GPUs). Slurm's backfill map (`node_space` in
+        backfill.c) is a node bitmap: a reserved node is off limits to every lower-ranked
+        job over the reservation's time, even where GPUs stay free.
     pass_interval_s: how often the policy acts (the service's interval_s): key changes
         and preemption decisions happen at multiples of it; 0: at every event.
     one_preemption_per_pass: preempt for one waiting job per policy pass at most, as the
@@ -100,6 +109,8 @@ class SimConfig:
     bf_willrun_window_s: float = 0.0
     bf_willrun_start: str = "nodes"
     sched_tick_s: float = 0.0
+    fit_cores: int = 0
+    bf_whole_nodes: bool = False
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
     max_requeues_per_pass: int = 0
@@ -139,6 +150,11 @@ class SimConfig:
             raise ValueError(
                 f"sched_tick_s models Slurm's main scheduler: it needs scheduler 'slurm', "
                 f"got {self.scheduler!r}"
+            )
+        if self.fit_cores < 0 or (self.fit_cores and self.scheduler != "slurm"):
+            raise ValueError(
+                f"fit_cores models cons_tres's node choice: it needs scheduler 'slurm' and"
+                f" a number of cores >= 0, got {self.fit_cores} with {self.scheduler!r}"
             )
         if self.max_requeues_per_pass < 0:
             raise ValueError(

@@ -22,10 +22,12 @@ X the window is 30 x X trace seconds. `willrun_start` answers the same question 
 backfill pass's `Profile` (running jobs' ends and this pass's reservations); the pass
 calls it (`coarse_start`) when `BackfillParams.willrun_window_s` > 0
 (`SimConfig.bf_willrun_window_s`).
-Left out: the 200-job cap per test, the 2 s time cap, licences, and Slurm's exclusion
-of whole nodes reserved in the pass (reservations here take GPUs, as in the rest of the
-model); the windows are aligned on multiples of the window in trace time (live, on the
-epoch's).
+Left out: the 200-job cap per test, the 2 s time cap and licences; nodes this pass
+reserved are out of a job's offers over the reservation's time only where the pass
+reserves whole nodes (`BackfillParams.whole_nodes`, Slurm's own rule); the node choice
+weighs free GPUs where cons_tres weighs free cores (`sim.corefit` does this for starts);
+the windows are aligned on multiples of the window in trace time (live, on the
+epoch's: the phase `bench_fidelity`'s ensemble draws).
 """
 
 from __future__ import annotations
