@@ -3,8 +3,12 @@
 per node whatever its GPUs, so a one-GPU job goes next to the most jobs, not into the
 node with the fewest free GPUs (docs/simulator.md)."""
 
-import pytest
+import json
 
+import pytest
+from click.testing import CliRunner
+
+from slurm_ext.cli.sim import simulate
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.backfill import BackfillParams, Candidate, backfill_pass
 from slurm_ext.sim.corefit import cores_fit, fits_evenly
@@ -141,3 +145,21 @@ def test_a_reservation_takes_its_nodes_whole_when_asked():
 
     assert go() == [(2, [("n0", 1)])] and reserved == [(1, 100.0)]
     assert go(whole_nodes=True) == [] and reserved == [(1, 100.0)]
+
+
+def test_simulate_bf_whole_nodes_option(tmp_path):
+    # 2 x 4 GPUs: job 1 fills n0 until 1000, job 2 holds 2 GPUs of n1 until 100; job 3
+    # (3 GPUs) is blocked and reserved on n1 from 100; job 4 (1 GPU, 1000 s) fits on n1
+    # now by GPUs (1 free beside job 3 after 100), but not where the reservation takes
+    # n1 whole: it then starts at 100 beside job 3 (JCT 998 -> 1098 s, the mean +25 s)
+    csv = tmp_path / "t.csv"
+    rows = ["1,4,0,1000,1000", "2,2,0,100,100", "3,3,1,100,200", "4,1,2,1000,1000"]
+    csv.write_text("job_id,num_gpu,submit_time,duration,time_limit\n" + "\n".join(rows) + "\n")
+    base = ["--trace", str(csv), "--nodes", "2", "--gpus-per-node", "4", "--policy", "fifo"]
+    base += ["--no-preemptive", "--bf-interval", "1", "--bf-resolution", "1", "--json"]
+    jct = {}
+    for flag in ("--bf-gpu-reservations", "--bf-whole-nodes"):
+        r = CliRunner().invoke(simulate, [*base, flag])
+        assert r.exit_code == 0, r.output
+        jct[flag] = json.loads(r.output)["avg_jct_s"]
+    assert jct == {"--bf-gpu-reservations": 574.75, "--bf-whole-nodes": 599.25}

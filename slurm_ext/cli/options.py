@@ -148,7 +148,8 @@ def seed_option(help: str) -> Callable[[F], F]:
 
 def backfill_options(func: F) -> F:
     """--bf-window, --bf-interval, --bf-max-job-test, --bf-resolution: sched/backfill's
-    settings, in seconds where Slurm's are in minutes; --sched-tick: the main scheduler's."""
+    settings, in seconds where Slurm's are in minutes, and how a reservation holds nodes;
+    --sched-tick: the main scheduler's."""
     for option in reversed(
         (
             click.option(
@@ -194,6 +195,13 @@ def backfill_options(func: F) -> F:
                 show_default=True,
                 help="The start a batch reports: the last end on the chosen nodes (Slurm "
                 "25.11) or the batch's last end (22.05).",
+            ),
+            click.option(
+                "--bf-whole-nodes/--bf-gpu-reservations",
+                default=False,
+                show_default=True,
+                help="A blocked job's backfill reservation takes its nodes whole, as Slurm's "
+                "backfill plans by node bitmap (default: only the GPUs it needs).",
             ),
             click.option(
                 "--sched-tick",
