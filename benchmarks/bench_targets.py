@@ -62,9 +62,11 @@ SRTF = PolicyConfig(policy="srtf", preemption_cost=False, max_preemptions=0)
 
 
 def runs(
-    overrides: dict, placement: str = "consolidate"
+    overrides: dict, placement: str = "consolidate", sim_overrides: dict | None = None
 ) -> dict[str, tuple[PolicyConfig, SimConfig]]:
-    base = SimConfig(nodes=8, gpus_per_node=8, placement=placement)
+    """Each run's policy and cluster; `sim_overrides` (SimConfig fields, e.g. the
+    Slurm model's `bf_whole_nodes`) apply to every run, Slurm alone's included."""
+    base = SimConfig(nodes=8, gpus_per_node=8, placement=placement, **(sim_overrides or {}))
     g = replace(PolicyConfig(), **overrides)
     pre = replace(base, preemptive=True, checkpoint_interval_s=CKPT)
     return {
@@ -135,8 +137,8 @@ def per_user(jobs, min_jobs: int = 10) -> dict[str, float]:
 
 
 def one(args: tuple) -> tuple[tuple, dict]:
-    seed, n, load, label, overrides, placement, flood, frag, model, min_jobs = args
-    cfg, cl = runs(json.loads(overrides), placement)[label]
+    seed, n, load, label, overrides, placement, flood, frag, model, min_jobs, sim_set = args
+    cfg, cl = runs(json.loads(overrides), placement, json.loads(sim_set))[label]
     if model == "flat":  # the earlier generator: independent jobs, no kinds or limits
         trace = fill_time_limits(synth_jobs(n, 64, load=load, seed=seed), seed)
     else:
@@ -183,6 +185,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--load", type=float, default=1.1)
     ap.add_argument("--set", default="{}", help="PolicyConfig overrides (JSON) for gittins")
+    ap.add_argument(
+        "--sim-set",
+        default="{}",
+        help="SimConfig overrides (JSON) for every run, Slurm alone's too",
+    )
     ap.add_argument("--only", default="", help="comma list of runs (default all)")
     ap.add_argument("--placement", default="consolidate", help="consolidate|spread|profile")
     ap.add_argument("--flood", type=int, default=0, help="jobs of a flooding user (0: none)")
@@ -195,13 +202,14 @@ def main() -> None:
     if args.only:
         labels = ["slurm", "fs"] + [x for x in args.only.split(",") if x not in ("slurm", "fs")]
     ss = seeds(args.seeds)
-    key = (args.set, args.placement, args.flood, args.frag, args.model, args.min_jobs)
+    key = (args.set, args.placement, args.flood, args.frag, args.model, args.min_jobs, args.sim_set)
     tasks = [(s, args.jobs, args.load, lab, *key) for s in ss for lab in labels]
     with Pool(args.workers) as pool:
         res = dict(pool.map(one, tasks))
     print(
         f"# {args.model} model, {args.jobs} jobs (+{args.flood} flooding), 64 GPUs, load {args.load}, slurm "
-        f"model, placement {args.placement}, overrides {args.set}; avg JCT vs Slurm alone "
+        f"model, placement {args.placement}, overrides {args.set}, cluster {args.sim_set}; "
+        "avg JCT vs Slurm alone "
         "(fifo), user_* vs Slurm alone with fair-share (fs)"
     )
     cols = [x for x in labels if x != "slurm"]

@@ -39,7 +39,7 @@ SETS = {
 
 
 def task(seed: int, n: int, load: float, label: str, overrides: str, model: str) -> tuple:
-    return (seed, n, load, label, overrides, "consolidate", 0, False, model, 10)
+    return (seed, n, load, label, overrides, "consolidate", 0, False, model, 10, "{}")
 
 
 def main() -> None:
