@@ -80,6 +80,7 @@ from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
 from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, WILLRUN_WINDOW_S, backfill_settings
+from slurm_ext.replay.target import cpus_per_node
 from slurm_ext.service import ServiceConfig
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
@@ -165,9 +166,8 @@ def sim_inputs(
         sched_tick_s=SCHED_TICK_S * speedup
         if args.sched_tick and args.scheduler == "slurm"
         else 0.0,
-        # cons_tres places jobs by free cores, one per job on the replay's nodes
-        # (replay.target.local's cores per node; sim.corefit)
-        fit_cores=max(16, 2 * args.gpus_per_node)
+        # cons_tres places jobs by free cores, one per job on the replay's nodes (sim.corefit)
+        fit_cores=cpus_per_node(args.gpus_per_node)
         if args.core_fit and args.scheduler == "slurm"
         else 0,
         # a blocked job's reservation takes its nodes whole (backfill's node bitmap)

@@ -31,6 +31,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from fidelity_ctld import LOG
+
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.placement import load_allocations
@@ -48,7 +50,6 @@ RUNS = {  # label -> (replay mode, hints on)
     "service": ("service", False),
     "service-hints": ("service", True),
 }
-LOG = Path("cluster/log/slurmctld.log")
 
 
 class Recorded(Simulator):

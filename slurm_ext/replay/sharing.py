@@ -40,7 +40,7 @@ from slurm_ext.replay.plan import ReplayJob, plan, sbatch_args
 from slurm_ext.replay.records import JobRecord
 from slurm_ext.replay.run import Replay, ReplayError
 from slurm_ext.replay.slurmconf import replay_conf
-from slurm_ext.replay.target import Target
+from slurm_ext.replay.target import Target, cpus_per_node
 from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, busy_fraction, speeds
 from slurm_ext.slurm.hostlist import expand_hostlist
 from slurm_ext.testing.cluster import LocalCluster
@@ -346,7 +346,7 @@ def replay_coloc(
     workdir.mkdir(parents=True, exist_ok=True)
     conf = replay_conf(speedup, max(j.limit_min for j in planned))
     cluster = LocalCluster(
-        nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=max(16, 2 * gpus_per_node),
+        nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node(gpus_per_node),
         root=workdir / "cluster", extra_conf=conf, shards_per_gpu=shards_per_gpu,
     )  # fmt: skip
     top = Path(FREEZER) / f"slurm_ext_replay_{os.getpid()}_{time.monotonic_ns() % 10**9}"

@@ -83,6 +83,13 @@ def foreign_jobs(tgt: Target) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def cpus_per_node(gpus_per_node: int) -> int:
+    """Cores of a replay cluster's node: room for a job per GPU and the payloads' one
+    core each (a replay job asks for one CPU per node); the simulator's `fit_cores`
+    in bench_fidelity counts the same."""
+    return max(16, 2 * gpus_per_node)
+
+
 def local(
     root: Path, nodes: int, gpus_per_node: int, extra_conf: str, accounting: bool = True
 ) -> Target:
@@ -90,7 +97,7 @@ def local(
     cluster = LocalCluster(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
-        cpus_per_node=max(16, 2 * gpus_per_node),
+        cpus_per_node=cpus_per_node(gpus_per_node),
         root=root,
         extra_conf=extra_conf,
         accounting=accounting,
