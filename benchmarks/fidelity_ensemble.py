@@ -130,7 +130,7 @@ class Spread:
 
     @property
     def mean(self) -> float:
-        return sum(self.values) / len(self.values)
+        return mean(self.values)
 
     @property
     def low(self) -> float:
