@@ -4,20 +4,23 @@ Every tuning so far used `sim.users` traces of one shape (2,000 jobs, 8 x 8 GPUs
 1.1, 40 users, 10 % one-off kinds, `synth.GPU_CHOICES` widths) plus the flat model.
 This runs bench_targets' runs (`bench_targets.runs`: the Slurm model, consolidated
 placement, checkpoint 900 s) on a grid of other shapes, one factor changed from that
-base at a time (cluster size, load, share of one-off kinds, users and their skew, width mix, a
-kind's run-time spread, job count, the flat model) and three two-factor shapes, on seeds never used for tuning (default 101-105):
+base at a time (cluster size, load, share of one-off kinds, users and their skew, width
+mix, a kind's run-time spread, job count, the flat model) and four two-factor shapes,
+on seeds never used for tuning (default 101-105; docs/benchmarks.md used 101-120):
   slurm  Slurm alone (fifo, no preemption; ratio 1)
   np     the shipped gittins defaults, no preemption
   all    gittins, every job preemptible
   srtf   the SRTF oracle, every job preemptible (a bound, not a policy)
 and prints per shape the avg JCT vs Slurm alone's: mean / worst over the seeds and the
-seeds above 1.0x. --diag adds, for each shape where np loses on the mean, where np's
-extra JCT-hours over Slurm alone go (by width, by true GPU-time, by one-off vs
-recurring kind, the users who pay most).
+seeds above 1.0x. --diag adds, for each shape where np loses (mean above 1.0, or half
+the seeds or more above), where np's extra JCT-hours over Slurm alone go (by width, by
+true GPU-time, by one-off vs recurring kind, the users' widths that gain or pay most).
 
-    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --seeds 101-105
-    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --shapes oneoff0.9,users5 --diag
-    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --only np --set '{...}'
+    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --seeds 101-120 --diag
+    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --shapes users5+noisy --diag \
+        --only np,sjf,half,all
+    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --only np \
+        --set '{"gittins_kind_choice": "tightest"}'
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ def one(args: tuple) -> tuple[tuple, dict]:
 def diag(name: str, pairs: list[tuple[list, list]]) -> None:
     """Where np's extra JCT-hours over Slurm alone go, summed over the seeds."""
     cells: dict[str, dict] = {
-        k: defaultdict(lambda: [0, 0.0]) for k in ("width", "GPU-h", "kind", "user")
+        k: defaultdict(lambda: [0, 0.0]) for k in ("width", "GPU-h", "kind", "user/width")
     }
     total = 0.0
     for base, np_ in pairs:
@@ -146,7 +149,7 @@ def diag(name: str, pairs: list[tuple[list, list]]) -> None:
                 ("width", width_class(b[0])),
                 ("GPU-h", size_class(b[1])),
                 ("kind", "one-off" if b[3] else "recurring"),
-                ("user", b[2]),
+                ("user/width", f"{b[2]}/{b[0]}"),
             ):
                 c = cells[k][key]
                 c[0] += 1
@@ -154,7 +157,7 @@ def diag(name: str, pairs: list[tuple[list, list]]) -> None:
     print(f"  diag {name}: np - slurm {total:+.0f} JCT-h over the seeds")
     for k, agg in cells.items():
         items = sorted(agg.items(), key=lambda kv: -abs(kv[1][1]))
-        if k == "user":
+        if k == "user/width":
             items = items[:6]
         elif k != "kind":
             items = sorted(agg.items(), key=lambda kv: str(kv[0]).zfill(8))
