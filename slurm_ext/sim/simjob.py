@@ -156,6 +156,11 @@ class SimConfig:
                 f"fit_cores models cons_tres's node choice: it needs scheduler 'slurm' and"
                 f" a number of cores >= 0, got {self.fit_cores} with {self.scheduler!r}"
             )
+        if self.bf_whole_nodes and self.scheduler != "slurm":
+            raise ValueError(
+                f"bf_whole_nodes models sched/backfill's reservations: it needs scheduler"
+                f" 'slurm', got {self.scheduler!r}"
+            )
         if self.max_requeues_per_pass < 0:
             raise ValueError(
                 f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
