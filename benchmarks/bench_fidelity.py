@@ -44,8 +44,10 @@ core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit 
 it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
 leaves it out), and the service's victim choice for a waiting job read as free to spread
 over any nodes, as its default placement mode reads a replay's jobs, while Slurm starts
-it on its -N nodes (`spread_victims`; --consolidated-victims leaves it out). The
-simulated spread over
+it on its -N nodes (`spread_victims`; --consolidated-victims leaves it out). The service
+modes rank with the policy the run's service ran, read from its service.toml (settings
+added since it ran take their earlier behaviour: fidelity_policy.py; --default-policy
+takes today's defaults). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
@@ -74,6 +76,7 @@ from pathlib import Path
 
 import fidelity_ctld
 import fidelity_jobs
+import fidelity_policy
 from fidelity_ensemble import DEFAULT, PERTURBATIONS, Draws, Spread, perturb
 from fidelity_tables import Cell, print_runs, print_summary
 
@@ -253,6 +256,13 @@ def main() -> int:
         help="reserve a blocked job's GPUs only, not its nodes whole",
     )
     ap.add_argument(
+        "--default-policy",
+        dest="live_policy",
+        action="store_false",
+        help="simulate the service modes with today's PolicyConfig defaults, not the policy"
+        " in the run's service.toml (fidelity_policy.py)",
+    )
+    ap.add_argument(
         "--consolidated-victims",
         dest="spread_victims",
         action="store_false",
@@ -402,6 +412,11 @@ def simulate_run(
         )
         if args.requeue_hold:  # as the replay tells its service (replay.service)
             policy = with_requeue_hold(policy, speedup)
+        # the policy the live service ran (its service.toml): settings added since are
+        # absent there, and it ranked as before they existed (fidelity_policy)
+        ran = fidelity_policy.live_policy(dirs[mode], speedup) if args.live_policy else None
+        if ran is not None:
+            policy = ran
         period = fidelity_ctld.pass_period_s(dirs[mode] / "service.log")
         row["launch_wall_s"] = launch
         row["launch_from"] = "slurmctld log" if ctld is not None else "sacct"
