@@ -17,10 +17,10 @@ module scales it back to trace seconds.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from pathlib import Path
 from typing import Any
 
+from slurm_ext import tomlio
 from slurm_ext.policy import PolicyConfig
 
 # settings the replay divides by the speedup (replay.service.scaled_policy)
@@ -42,8 +42,7 @@ def live_policy(mode_dir: Path, speedup: float) -> PolicyConfig | None:
     path = mode_dir / "service.toml"
     if not path.exists():
         return None
-    with path.open("rb") as fh:
-        table: dict[str, Any] = tomllib.load(fh).get("policy", {})
+    table: dict[str, Any] = tomlio.loads(path.read_text()).get("policy", {})
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
     unknown = sorted(set(table) - known)
     if unknown:
