@@ -42,9 +42,11 @@ whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end
 at once; --no-sched-tick leaves it out), and cons_tres's node choice by free cores, a
 core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit leaves
 it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
-leaves it out), and the service's victim choice for a waiting job read as free to spread
-over any nodes, as its default placement mode reads a replay's jobs, while Slurm starts
-it on its -N nodes (`spread_victims`; --consolidated-victims leaves it out). The service
+leaves it out). Runs recorded before session 9 need --spread-victims: their service
+read a waiting replay job as free to spread over any nodes (its default placement mode
+consolidates only network-sensitive hints) while Slurm starts it on its -N nodes, so it
+requeued victims that freed no room (`spread_victims`); since then the service clears
+a node for a per-node request (`policy.placement.asks_fewest_nodes`). The service
 modes rank with the policy the run's service ran, read from its service.toml (settings
 added since it ran take their earlier behaviour: fidelity_policy.py; --default-policy
 takes today's defaults). The simulated spread over
@@ -178,16 +180,16 @@ def sim_inputs(
         if args.core_fit and args.scheduler == "slurm"
         else 0,
         # a blocked job's reservation takes its nodes whole (backfill's node bitmap)
-        bf_whole_nodes=args.whole_nodes,
+        bf_whole_nodes=args.whole_nodes and args.scheduler == "slurm",
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,
         # the service requeues for its best waiting job once a pass, at most its cap
         one_preemption_per_pass=True,
         max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
-        # and picks victims as if the waiting job could spread: its placement mode
-        # ("profile") consolidates only network-sensitive model hints, and a replay's jobs
-        # carry none; Slurm still starts each on its -N nodes
+        # before session 9 it picked victims as if the waiting job could spread: its
+        # placement mode ("profile") consolidates only network-sensitive model hints, a
+        # replay's jobs carry none, and Slurm still starts each on its -N nodes
         spread_victims=args.spread_victims
         and not consolidate_for(ServiceConfig().placement_mode, network_sensitive(None)),
         checkpoint_interval_s=args.checkpoint_interval,
@@ -263,11 +265,10 @@ def main() -> int:
         " in the run's service.toml (fidelity_policy.py)",
     )
     ap.add_argument(
-        "--consolidated-victims",
-        dest="spread_victims",
-        action="store_false",
-        help="simulate the service's victim choice with each job's consolidation, not as"
-        " the live service reads a replay's job (free to spread)",
+        "--spread-victims",
+        action="store_true",
+        help="for runs recorded before session 9: simulate the service's victim choice as"
+        " it then read a replay's job (free to spread over any nodes)",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

@@ -70,7 +70,8 @@ def test_sim_inputs_give_the_main_scheduler_its_whole_second_tick():
         sched_tick=True, core_fit=True, whole_nodes=True, spread_victims=True,
     )  # fmt: skip
     _, cl = bench_fidelity.sim_inputs(jobs(), argparse.Namespace(**args), "slurm", SPEEDUP)
-    # the live service reads a replay's job as free to spread (--consolidated-victims: off)
+    # runs of the service before session 9 read a replay's job as free to spread
+    # (--spread-victims)
     assert cl.spread_victims
     ns = argparse.Namespace(**{**args, "spread_victims": False})
     assert not bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].spread_victims
