@@ -42,7 +42,14 @@ whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end
 at once; --no-sched-tick leaves it out), and cons_tres's node choice by free cores, a
 core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit leaves
 it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
-leaves it out). The simulated spread over
+leaves it out). Runs recorded before session 9 need --spread-victims: their service
+read a waiting replay job as free to spread over any nodes (its default placement mode
+consolidates only network-sensitive hints) while Slurm starts it on its -N nodes, so it
+requeued victims that freed no room (`spread_victims`); since then the service clears
+a node for a per-node request (`policy.placement.asks_fewest_nodes`). The service
+modes rank with the policy the run's service ran, read from its service.toml (settings
+added since it ran take their earlier behaviour: fidelity_policy.py; --default-policy
+takes today's defaults). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
 <workdir>/<trace>/<mode>/per_job.txt says where the live and simulated runs part, job
 by job (`fidelity_jobs.py`). Each live replay takes up to ~8-9 minutes at the default
@@ -71,10 +78,12 @@ from pathlib import Path
 
 import fidelity_ctld
 import fidelity_jobs
+import fidelity_policy
 from fidelity_ensemble import DEFAULT, PERTURBATIONS, Draws, Spread, perturb
 from fidelity_tables import Cell, print_runs, print_summary
 
-from slurm_ext.policy import PolicyConfig
+from slurm_ext.policy import PolicyConfig, network_sensitive
+from slurm_ext.policy.placement import consolidate_for
 from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.plan import MODES, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
@@ -171,13 +180,18 @@ def sim_inputs(
         if args.core_fit and args.scheduler == "slurm"
         else 0,
         # a blocked job's reservation takes its nodes whole (backfill's node bitmap)
-        bf_whole_nodes=args.whole_nodes,
+        bf_whole_nodes=args.whole_nodes and args.scheduler == "slurm",
         pass_interval_s=(pass_wall_s or service_interval_s(speedup)) * speedup
         if mode != "slurm"
         else 0.0,
         # the service requeues for its best waiting job once a pass, at most its cap
         one_preemption_per_pass=True,
         max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
+        # before session 9 it picked victims as if the waiting job could spread: its
+        # placement mode ("profile") consolidates only network-sensitive model hints, a
+        # replay's jobs carry none, and Slurm still starts each on its -N nodes
+        spread_victims=args.spread_victims
+        and not consolidate_for(ServiceConfig().placement_mode, network_sensitive(None)),
         checkpoint_interval_s=args.checkpoint_interval,
         restart_overhead_s=max(launch_wall_s, 0.0) * speedup,  # a restart is a launch
         requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,
@@ -242,6 +256,19 @@ def main() -> int:
         dest="whole_nodes",
         action="store_false",
         help="reserve a blocked job's GPUs only, not its nodes whole",
+    )
+    ap.add_argument(
+        "--default-policy",
+        dest="live_policy",
+        action="store_false",
+        help="simulate the service modes with today's PolicyConfig defaults, not the policy"
+        " in the run's service.toml (fidelity_policy.py)",
+    )
+    ap.add_argument(
+        "--spread-victims",
+        action="store_true",
+        help="for runs recorded before session 9: simulate the service's victim choice as"
+        " it then read a replay's job (free to spread over any nodes)",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
@@ -386,6 +413,11 @@ def simulate_run(
         )
         if args.requeue_hold:  # as the replay tells its service (replay.service)
             policy = with_requeue_hold(policy, speedup)
+        # the policy the live service ran (its service.toml): settings added since are
+        # absent there, and it ranked as before they existed (fidelity_policy)
+        ran = fidelity_policy.live_policy(dirs[mode], speedup) if args.live_policy else None
+        if ran is not None:
+            policy = ran
         period = fidelity_ctld.pass_period_s(dirs[mode] / "service.log")
         row["launch_wall_s"] = launch
         row["launch_from"] = "slurmctld log" if ctld is not None else "sacct"

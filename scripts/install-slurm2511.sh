@@ -32,7 +32,7 @@ if [ ! -f "$PREFIX/.complete" ]; then
   fi
   BUILD=$(mktemp -d "$CACHE/build.XXXXXX")
   trap 'rm -rf "$BUILD"' EXIT
-  tar -xzf "$TARBALL" -C "$BUILD"
+  tar -xf "$TARBALL" -C "$BUILD"
   cd "$BUILD"/slurm-25.11.2
   echo "configuring Slurm 25.11.2 into $PREFIX" >&2
   ./configure -q --prefix="$PREFIX" --enable-multiple-slurmd --with-json --with-yaml \

@@ -12,7 +12,7 @@ from dataclasses import replace
 from slurm_ext.hints import parse_hints
 from slurm_ext.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, network_sensitive, place
-from slurm_ext.policy.placement import consolidate_for
+from slurm_ext.policy.placement import asks_fewest_nodes, consolidate_for
 from slurm_ext.policy.preemption import (
     RunningJob,
     WaitingJob,
@@ -172,13 +172,17 @@ def preemption_victims(
     gain = None
     if policy.preemption_cost:  # the wait it has paid so far (rent or buy)
         gain = top.gpus * max(0.0, now - top.submit_time)
+    capacity = max((n.gpus for n in nodes), default=0)
+    # a per-node request starts only on its nodes whatever the mode: victims spread over
+    # the cluster would free GPUs it cannot use (live replays: the same job requeued
+    # one victim after another while backfill refilled each freed GPU)
+    bound = asks_fewest_nodes(top.gpus, top.gpus_per_node, top.num_nodes, capacity)
     want = WaitingJob(
         top.job_id,
         top.gpus,
-        consolidate_for(placement_mode, network_sensitive(model)),
+        consolidate_for(placement_mode, network_sensitive(model), bound),
         gain_gpu_s=gain,
     )
-    capacity = max((n.gpus for n in nodes), default=0)
     return top.job_id, choose_victims(
         want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
     )

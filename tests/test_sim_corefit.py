@@ -163,3 +163,12 @@ def test_simulate_bf_whole_nodes_option(tmp_path):
         assert r.exit_code == 0, r.output
         jct[flag] = json.loads(r.output)["avg_jct_s"]
     assert jct == {"--bf-gpu-reservations": 574.75, "--bf-whole-nodes": 599.25}
+    r = CliRunner().invoke(simulate, [*base, "--bf-whole-nodes", "--scheduler", "greedy"])
+    assert r.exit_code == 1 and "bf_whole_nodes" in r.output and "'greedy'" in r.output
+
+
+@pytest.mark.parametrize("scheduler", ["greedy", "strict"])
+def test_whole_node_reservations_need_the_slurm_scheduler(scheduler):
+    with pytest.raises(ValueError, match="bf_whole_nodes .* needs scheduler 'slurm'"):
+        SimConfig(scheduler=scheduler, bf_whole_nodes=True)
+    assert SimConfig(scheduler="slurm", bf_whole_nodes=True).bf_whole_nodes

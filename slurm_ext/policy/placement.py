@@ -119,10 +119,25 @@ def _first(idx: FreeIndex, frees: range, used: set[str]) -> str | None:
     return None
 
 
-def consolidate_for(mode: str, sensitive: bool) -> bool:
+def consolidate_for(mode: str, sensitive: bool, per_node_request: bool = False) -> bool:
+    """Whether a job starts only on the fewest nodes: the placement mode says so, or its
+    request does (`per_node_request`: it asks G GPUs on each of its N nodes and N is the
+    fewest that hold them, so Slurm can place it no other way, whatever the mode)."""
     if mode not in MODES:
         raise ValueError(f"placement mode must be one of {MODES}, got {mode!r}")
-    return mode == "consolidate" or (mode == "profile" and sensitive)
+    return per_node_request or mode == "consolidate" or (mode == "profile" and sensitive)
+
+
+def asks_fewest_nodes(gpus: int, gpus_per_node: int, num_nodes: int, capacity: int) -> bool:
+    """A per-node GPU request (`--gres=gpu:G -N N`) on the fewest nodes that hold it: Slurm
+    starts it only where G GPUs are free on each of N nodes. A per-job request
+    (`--gpus=N`, gpus_per_node 0) may be spread; the service's placement hints rely on it."""
+    return (
+        gpus > 0
+        and gpus_per_node > 0
+        and num_nodes * gpus_per_node == gpus
+        and num_nodes == min_nodes(gpus, capacity)
+    )
 
 
 def place(
