@@ -62,11 +62,15 @@ SRTF = PolicyConfig(policy="srtf", preemption_cost=False, max_preemptions=0)
 
 
 def runs(
-    overrides: dict, placement: str = "consolidate", sim_overrides: dict | None = None
+    overrides: dict,
+    placement: str = "consolidate",
+    sim_overrides: dict | None = None,
+    nodes: int = 8,
 ) -> dict[str, tuple[PolicyConfig, SimConfig]]:
-    """Each run's policy and cluster; `sim_overrides` (SimConfig fields, e.g. the
-    Slurm model's `bf_whole_nodes`) apply to every run, Slurm alone's included."""
-    base = SimConfig(nodes=8, gpus_per_node=8, placement=placement, **(sim_overrides or {}))
+    """Each run's policy and cluster (`nodes` x 8 GPUs); `sim_overrides` (SimConfig
+    fields, e.g. the Slurm model's `bf_whole_nodes`) apply to every run, Slurm alone's
+    included."""
+    base = SimConfig(nodes=nodes, gpus_per_node=8, placement=placement, **(sim_overrides or {}))
     g = replace(PolicyConfig(), **overrides)
     pre = replace(base, preemptive=True, checkpoint_interval_s=CKPT)
     return {

@@ -1,12 +1,20 @@
 """The recurring-users trace model (sim/users.py) and its CSV round trip."""
 
+import hashlib
 import math
 import statistics
 from collections import Counter, defaultdict
 
 import pytest
 
-from slurm_ext.sim.synth import MAX_S, MIN_S, SIGMA, write_tiresias_csv
+from slurm_ext.sim.synth import (
+    GPU_CHOICES,
+    MAX_S,
+    MIN_S,
+    SIGMA,
+    synth_jobs,
+    write_tiresias_csv,
+)
 from slurm_ext.sim.traces import read_trace
 from slurm_ext.sim.users import synth_user_jobs
 
@@ -67,3 +75,37 @@ def test_tiresias_csv_carries_user_name_limit_checkpoint(tmp_path):
     key = lambda j: (j.job_id, j.user, j.job_name, j.time_limit_s, j.checkpoint, j.gpus)  # noqa: E731
     assert [key(j) for j in back] == [key(j) for j in JOBS[:50]]
     assert any(j.checkpoint for j in back) and all(j.time_limit_s for j in back)
+
+
+# sha256 (first 16 hex) of each job's fields, from the generators before `gpu_choices`
+USERS_300_SEED3, FLAT_300_SEED3 = "ff54d7160d8f7f0e", "3673f3738de0f9f2"
+
+
+def _fingerprint(jobs) -> str:
+    rows = [(j.gpus, j.submit_time, j.duration_s, j.user, j.job_name, j.time_limit_s) for j in jobs]
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+
+
+def test_default_traces_unchanged_by_the_width_knob():
+    """The tuning sets' traces stay byte-identical: pinned from before `gpu_choices`."""
+    assert _fingerprint(synth_user_jobs(300, 64, load=1.1, seed=3)) == USERS_300_SEED3
+    assert _fingerprint(synth_jobs(300, 64, load=1.1, seed=3)) == FLAT_300_SEED3
+    same = synth_user_jobs(300, 64, load=1.1, seed=3, gpu_choices=GPU_CHOICES)
+    assert same == synth_user_jobs(300, 64, load=1.1, seed=3)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_width_mix_knob(flat):
+    mix = ((2, 0.25), (8, 0.75))
+    gen = synth_jobs if flat else synth_user_jobs
+    jobs = gen(2000, 64, 1.0, 5, gpu_choices=mix)
+    widths = Counter(j.gpus for j in jobs)
+    assert set(widths) == {2, 8}
+    # per job (flat) or per kind (users): the 8-GPU share near 0.75 either way
+    assert 0.55 < widths[8] / len(jobs) < 0.95
+    work = sum(j.gpus * j.duration_s for j in jobs)
+    span = jobs[-1].submit_time - jobs[0].submit_time
+    assert work / (64 * span) == pytest.approx(1.0, rel=0.15)  # the load still holds
+    for bad in ((), ((0, 1.0),), ((4, -1.0),), ((4, 0.0),)):
+        with pytest.raises(ValueError, match="gpu_choices"):
+            gen(10, 8, gpu_choices=bad)

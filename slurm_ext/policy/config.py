@@ -56,6 +56,12 @@ class PolicyConfig:
         from user, name (job name), account, gpus (GPU-count class). A job reads the
         first group it belongs to with at least gittins_kind_min_samples completions in
         the history window (policy/kinds.py). Empty: GPU class and pooled only.
+    gittins_kind_choice: which of its groups a job reads: "finest" (default: the first
+        of gittins_kinds with enough samples, then its GPU class, then pooled) or
+        "tightest" (opt-in: of those, its class and the pooled history, the one whose
+        GPU-times are least spread; a group no tighter than the pooled history tells
+        nothing and the job reads the pooled table, ranked like an average job in submit
+        order; policy/kinds.py, measured in docs/benchmarks.md Session 9).
     gittins_time_limit: truncate the distribution a job's index reads at its time limit
         x GPUs (Slurm ends it there), while its attained service is below that.
     gittins_index: "quantum" is Tiresias' index (best over quanta D: it rewards a chance
@@ -139,6 +145,7 @@ class PolicyConfig:
     gittins_censored: bool = False
     gittins_kinds: list[str] = field(default_factory=lambda: ["user+name", "user+gpus", "user"])
     gittins_kind_min_samples: int = positive(5)
+    gittins_kind_choice: str = choices("finest", "tightest", default="finest")
     gittins_time_limit: bool = True
     gittins_index: str = choices("auto", "quantum", "whole", default="auto")
     gittins_whole_order: str = choices("gpu_time", "run_time", default="gpu_time")

@@ -71,5 +71,6 @@ def build_table(
         whole,
         start,
         per_decade,
+        config.gittins_kind_choice,
     )
     return replace(base, kinds=kinds)

@@ -15,18 +15,29 @@ from typing import TextIO
 
 from slurm_ext.sim.traces import TraceJob
 
-GPU_CHOICES = ((1, 0.70), (2, 0.12), (4, 0.09), (8, 0.07), (16, 0.02))
+GpuMix = tuple[tuple[int, float], ...]  # (GPUs, weight) pairs
+GPU_CHOICES: GpuMix = ((1, 0.70), (2, 0.12), (4, 0.09), (8, 0.07), (16, 0.02))
 MODELS = ("resnet50", "resnet152", "inception3", "googlenet", "bert", "vgg16", "vgg19", "alexnet")
 MEDIAN_S, SIGMA = 1500.0, 2.15
 MIN_S, MAX_S = 60.0, 7 * 86400.0
 
 
-def synth_jobs(n: int, gpus: int, load: float = 1.0, seed: int = 0) -> list[TraceJob]:
+def check_gpu_mix(mix: GpuMix) -> None:
+    """A width mix must be non-empty, its GPU counts >= 1 and its weights >= 0, not all 0."""
+    if not mix or any(g < 1 or not w >= 0 for g, w in mix) or sum(w for _, w in mix) <= 0:
+        raise ValueError(f"gpu_choices must be (GPUs >= 1, weight >= 0) pairs, got {mix!r}")
+
+
+def synth_jobs(
+    n: int, gpus: int, load: float = 1.0, seed: int = 0, gpu_choices: GpuMix = GPU_CHOICES
+) -> list[TraceJob]:
+    """`n` independent jobs; `gpu_choices` ((GPUs, weight), ...) is the width mix."""
+    check_gpu_mix(gpu_choices)
     rng = random.Random(seed)
     durations = [
         min(MAX_S, max(MIN_S, rng.lognormvariate(math.log(MEDIAN_S), SIGMA))) for _ in range(n)
     ]
-    sizes = rng.choices([g for g, _ in GPU_CHOICES], [w for _, w in GPU_CHOICES], k=n)
+    sizes = rng.choices([g for g, _ in gpu_choices], [w for _, w in gpu_choices], k=n)
     mean_work = sum(d * g for d, g in zip(durations, sizes, strict=True)) / max(1, n)
     rate = load * gpus / mean_work  # arrivals per second
     t = 0.0

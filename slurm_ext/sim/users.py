@@ -13,7 +13,8 @@ arrivals at the offered load) and gives it that structure:
   few heavy users submit most jobs, as both studies report.
 - Kinds: each user has 1 + Poisson(`kinds_mean` - 1) kinds (a model, a GPU count, a
   job name), chosen by Zipf-like weights (a user's main experiment recurs most). A kind's
-  GPU count is drawn from `synth.GPU_CHOICES` and its median run time from the
+  GPU count is drawn from `synth.GPU_CHOICES` (or another `gpu_choices` mix, to test
+  other widths) and its median run time from the
   population log-normal with sigma `SIGMA_BETWEEN`; its jobs then spread around that
   median with sigma `sigma_within` (1.0 by default; SIGMA_BETWEEN**2 + 1.0**2 = SIGMA**2,
   so the population spread stays `synth_jobs`' 2.15). Helios reports repeated jobs'
@@ -40,7 +41,16 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from slurm_ext.sim.synth import GPU_CHOICES, MAX_S, MEDIAN_S, MIN_S, MODELS, SIGMA
+from slurm_ext.sim.synth import (
+    GPU_CHOICES,
+    MAX_S,
+    MEDIAN_S,
+    MIN_S,
+    MODELS,
+    SIGMA,
+    GpuMix,
+    check_gpu_mix,
+)
 from slurm_ext.sim.timelimits import user_time_limit
 from slurm_ext.sim.traces import TraceJob
 
@@ -62,9 +72,16 @@ class Kind:
     checkpoint: bool
 
 
-def _kind(rng: random.Random, user: str, i: int, sigma_within: float, p_checkpoint: float) -> Kind:
+def _kind(
+    rng: random.Random,
+    user: str,
+    i: int,
+    sigma_within: float,
+    p_checkpoint: float,
+    gpu_choices: GpuMix = GPU_CHOICES,
+) -> Kind:
     model = rng.choice(MODELS)
-    gpus = rng.choices([g for g, _ in GPU_CHOICES], [w for _, w in GPU_CHOICES])[0]
+    gpus = rng.choices([g for g, _ in gpu_choices], [w for _, w in gpu_choices])[0]
     between = math.sqrt(max(0.0, SIGMA**2 - sigma_within**2))
     median = min(MAX_S, max(MIN_S, rng.lognormvariate(math.log(MEDIAN_S), between)))
     p95 = median * math.exp(Z95 * sigma_within)
@@ -83,8 +100,11 @@ def synth_user_jobs(
     p_oneoff: float = 0.1,
     sigma_within: float = SIGMA_WITHIN,
     p_checkpoint: float = 0.5,
+    gpu_choices: GpuMix = GPU_CHOICES,
 ) -> list[TraceJob]:
-    """`n` jobs from recurring users' kinds (see the module docstring for the model)."""
+    """`n` jobs from recurring users' kinds (see the module docstring for the model);
+    `gpu_choices` ((GPUs, weight), ...) is the kinds' width mix."""
+    check_gpu_mix(gpu_choices)
     if users < 1 or kinds_mean < 1:
         raise ValueError("users and kinds_mean must be >= 1")
     if not (0.0 <= p_oneoff <= 1.0 and 0.0 <= p_checkpoint <= 1.0):
@@ -97,14 +117,14 @@ def synth_user_jobs(
     kinds: dict[str, list[Kind]] = {}
     for u in names:
         k = 1 + _poisson(rng, kinds_mean - 1.0)
-        kinds[u] = [_kind(rng, u, i, sigma_within, p_checkpoint) for i in range(k)]
+        kinds[u] = [_kind(rng, u, i, sigma_within, p_checkpoint, gpu_choices) for i in range(k)]
     oneoffs = 0
     picked: list[tuple[Kind, float]] = []
     for _ in range(n):
         u = rng.choices(names, user_w)[0]
         if rng.random() < p_oneoff:
             oneoffs += 1
-            kind = _kind(rng, u, 1000 + oneoffs, sigma_within, p_checkpoint)
+            kind = _kind(rng, u, 1000 + oneoffs, sigma_within, p_checkpoint, gpu_choices)
         else:
             ks = kinds[u]
             kind = rng.choices(ks, [1.0 / (r + 1) for r in range(len(ks))])[0]
