@@ -205,7 +205,8 @@ def sim_inputs(
     return jobs, cluster
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    """The options (fidelity_predict.py reads the same simulator settings)."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -299,6 +300,11 @@ def main() -> int:
         help=f"which perturbations the ensemble draws, of {','.join(PERTURBATIONS)}"
         f" (default {','.join(DEFAULT)}; fidelity_ensemble.py)",
     )
+    return ap
+
+
+def main() -> int:
+    ap = parser()
     args = ap.parse_args()
     if args.repeats < 1 or args.sim_ensemble < 0:
         ap.error(
