@@ -5,14 +5,13 @@ the site factor really written."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from test_service_live import cli, start_service, stop, write_config
+from test_service_live import queue_jobs, start_service, stop, write_config
 
 from slurm_ext.testing.cluster import LocalCluster
 
@@ -20,8 +19,7 @@ pytestmark = pytest.mark.slurm
 
 
 def queue_rows(config: Path) -> dict[int, dict]:
-    rows = json.loads(cli("queue", "--json", "--config", str(config)).stdout)["jobs"]
-    return {r["job_id"]: r for r in rows}
+    return {r["job_id"]: r for r in queue_jobs(config)}
 
 
 def state(cluster: LocalCluster, job: int) -> str:
