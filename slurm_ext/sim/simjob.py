@@ -154,21 +154,17 @@ class SimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
-        if self.sched_tick_s > 0 and self.scheduler != "slurm":
-            raise ValueError(
-                f"sched_tick_s models Slurm's main scheduler: it needs scheduler 'slurm', "
-                f"got {self.scheduler!r}"
-            )
-        if self.fit_cores < 0 or (self.fit_cores and self.scheduler != "slurm"):
-            raise ValueError(
-                f"fit_cores models cons_tres's node choice: it needs scheduler 'slurm' and"
-                f" a number of cores >= 0, got {self.fit_cores} with {self.scheduler!r}"
-            )
-        if self.bf_whole_nodes and self.scheduler != "slurm":
-            raise ValueError(
-                f"bf_whole_nodes models sched/backfill's reservations: it needs scheduler"
-                f" 'slurm', got {self.scheduler!r}"
-            )
+        if self.fit_cores < 0:
+            raise ValueError(f"fit_cores must be a number of cores >= 0, got {self.fit_cores}")
+        for name, models in (
+            ("sched_tick_s", "Slurm's main scheduler"),
+            ("fit_cores", "cons_tres's node choice"),
+            ("bf_whole_nodes", "sched/backfill's reservations"),
+        ):
+            if getattr(self, name) and self.scheduler != "slurm":
+                raise ValueError(
+                    f"{name} models {models}: it needs scheduler 'slurm', got {self.scheduler!r}"
+                )
         if self.max_requeues_per_pass < 0:
             raise ValueError(
                 f"max_requeues_per_pass must be >= 0, got {self.max_requeues_per_pass}"
