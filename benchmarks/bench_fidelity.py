@@ -130,6 +130,15 @@ def load_trace(
     raise SystemExit(f"unknown trace {name!r} (synthN, usersN or tiresias60)")
 
 
+def sim_policy(args: argparse.Namespace, mode: str, speedup: float) -> PolicyConfig:
+    """The policy a mode's simulation ranks with: today's defaults for the mode, the
+    checkpoint interval and requeue hold the replay tells its service (replay.service)."""
+    policy = with_checkpoints(
+        replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
+    )
+    return with_requeue_hold(policy, speedup) if args.requeue_hold else policy
+
+
 def sim_inputs(
     trace: list[TraceJob],
     args: argparse.Namespace,
@@ -322,11 +331,7 @@ def simulate_run(
     cells = []
     for mode in modes:
         row = rows_live[mode]
-        policy = with_checkpoints(
-            replace(PolicyConfig(), policy=SIM_POLICY[mode]), args.checkpoint_interval
-        )
-        if args.requeue_hold:  # as the replay tells its service (replay.service)
-            policy = with_requeue_hold(policy, speedup)
+        policy = sim_policy(args, mode, speedup)
         # the policy the live service ran (its service.toml): settings added since are
         # absent there, and it ranked as before they existed (fidelity_policy)
         ran = fidelity_policy.live_policy(dirs[mode], speedup) if args.live_policy else None

@@ -21,16 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import bench_fidelity
 import fidelity_ctld
 from fidelity_ensemble import Draws, mean, perturb
 
-from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.plan import auto_speedup
-from slurm_ext.replay.service import with_checkpoints, with_requeue_hold
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.timelimits import fill_time_limits
 
@@ -68,12 +65,7 @@ def predict(args: argparse.Namespace, name: str, modes: list[str], gpus: int) ->
     single: dict[str, float] = {}
     members: dict[str, list[float]] = {}
     for mode in modes:
-        policy = with_checkpoints(
-            replace(PolicyConfig(), policy=bench_fidelity.SIM_POLICY[mode]),
-            args.checkpoint_interval,
-        )
-        if args.requeue_hold:
-            policy = with_requeue_hold(policy, speedup)
+        policy = bench_fidelity.sim_policy(args, mode, speedup)
         jobs, cluster = bench_fidelity.sim_inputs(trace, args, mode, speedup, None, launch)
         single[mode] = simulate(jobs, policy, cluster)[0]["avg_jct_s"]
         draws = Draws(speedup, which, launch, extras, lags)
