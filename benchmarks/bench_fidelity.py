@@ -91,7 +91,7 @@ from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
 from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, WILLRUN_WINDOW_S, backfill_settings
 from slurm_ext.replay.target import cpus_per_node
-from slurm_ext.service import ServiceConfig
+from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs

@@ -15,7 +15,7 @@ Runs, each live on a fresh local cluster (--nodes x --gpus-per-node, slurmdbd on
 and simulated with matching settings (the limits Slurm enforced, the replay's backfill
 and service cycles in trace seconds): slurm = fifo, service = the default gittins policy;
 the simulator always places by `choose_gpus` (fewest nodes, best fit), i.e. it models the
-hints' choice, not cons_tres's. Per run (`sim/fragmentation.summarize`, one definition
+hints' choice, not cons_tres's. Per run (`core/fragmentation.summarize`, one definition
 for both): mean wait to first start of 4- and 8-GPU jobs, GPU time stranded by
 fragmentation and free while jobs wait (shares of the cluster's GPU time), avg JCT, and
 the share of single-node starts that went to a GPU best fit (how each run chose nodes).
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from fidelity_ctld import LOG
 
+from slurm_ext.core.fragmentation import JobRuns, summarize
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.placement import load_allocations
@@ -41,7 +42,6 @@ from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s
 from slurm_ext.replay.slurmconf import backfill_settings
 from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.sim.fragmentation import JobRuns, summarize
 from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.traces import TraceJob, read_trace
 

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_ext.report_listener import ListenerLimits
-from slurm_ext.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
+from slurm_ext.core.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
+from slurm_ext.service.listener import ListenerLimits
 from slurm_ext.testing.cluster import LocalCluster
 
 STALLED_HEADS, STALLED_BODIES = 100, 20

@@ -10,7 +10,7 @@ shared machine the CPU seconds are the steadier figure) and ratios to the target
 
 `--site-weight W` runs (b) and (c) with `policy.fairshare_site_weight` W: the service
 writes the composed SiteFactor (W x the index share) and orders by Slurm's priority
-(`slurm_ext/site_factors.py`); (a) stays the index order with rank-spaced values.
+(`slurm_ext/service/site_factors.py`); (a) stays the index order with rank-spaced values.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import psutil
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.records import fold_jobs
-from slurm_ext.service import Service, ServiceConfig, job_view
-from slurm_ext.store import Store
+from slurm_ext.service.fold import fold_jobs
+from slurm_ext.service.loop import Service, ServiceConfig, job_view
+from slurm_ext.service.writeback import assign_values, changed
+from slurm_ext.store.db import Store
 from slurm_ext.testing.replay import ReplayClient
-from slurm_ext.writeback import assign_values, changed
 
 
 def snapshot(pending: int, running: int, seed: int = 1) -> tuple[list[Job], list[Node], float]:

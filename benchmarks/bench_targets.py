@@ -48,9 +48,9 @@ import os
 from dataclasses import replace
 from multiprocessing import Pool
 
+from slurm_ext.core.fragmentation import stranded_gpus
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.sim.fragmentation import stranded_gpus
 from slurm_ext.sim.metrics import percentile
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits

@@ -31,11 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import snapshot  # noqa: E402
 
-from slurm_ext.metrics import ServiceMetrics, serve_http  # noqa: E402
-from slurm_ext.service import Service, ServiceConfig  # noqa: E402
-from slurm_ext.store import Store  # noqa: E402
+from slurm_ext.service.loop import Service, ServiceConfig  # noqa: E402
+from slurm_ext.service.metrics import ServiceMetrics, serve_http  # noqa: E402
+from slurm_ext.store.db import Store  # noqa: E402
 from slurm_ext.testing.replay import ReplayClient  # noqa: E402
-from slurm_ext.userview_http import UserView  # noqa: E402
+from slurm_ext.userview.http import UserView  # noqa: E402
 
 IDLE, NOT_FOUND, VIEW, STOP = 0, 1, 2, 3
 CONDITIONS = {IDLE: "alone", NOT_FOUND: "404 storm", VIEW: "view storm"}

@@ -20,7 +20,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from slurm_ext import tomlio
+from slurm_ext.core import tomlio
 from slurm_ext.policy import PolicyConfig
 
 # settings the replay divides by the speedup (replay.service.scaled_policy)

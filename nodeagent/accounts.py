@@ -6,8 +6,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from nodeagent.gpu import GpuSample
+from slurm_ext.core.reports import JobReport
 from slurm_ext.policy import colocation as co
-from slurm_ext.reports import JobReport
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from nodeagent.progress import ProgressReader
 from nodeagent.report import ReportSender
 from nodeagent.snapshot import AgentSnapshot
 from nodeagent.state import lock_state
-from slurm_ext.config import ConfigError, load_config
-from slurm_ext.reports import SecretFileError, node_key, node_name_ok, read_secret
+from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.reports import SecretFileError, node_key, node_name_ok, read_secret
 
 log = logging.getLogger("nodeagent")
 

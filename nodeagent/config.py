@@ -1,10 +1,10 @@
-"""The agent's TOML configuration (etc/agent.toml), validated by slurm_ext.config."""
+"""The agent's TOML configuration (etc/agent.toml), validated by slurm_ext.core.config."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_ext.config import choices, positive
+from slurm_ext.core.config import choices, positive
 
 
 def _positive(name: str, value: float) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodeagent.cgroups import JobProcesses, proc_uid, without_pids
-from slurm_ext.model import JobState
+from slurm_ext.core.model import JobState
 from slurm_ext.slurm.client import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 through a bounded on-disk spool with back-off.
 
 The wire format (JobReport, encode/decode, signature, secret file) is
-`slurm_ext.reports`, shared with the service that receives it.
+`slurm_ext.core.reports`, shared with the service that receives it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from slurm_ext.reports import (
+from slurm_ext.core.reports import (
     NODE_HEADER,
     REPORTS_PATH,
     SIGNATURE_HEADER,

@@ -18,7 +18,7 @@ from nodeagent.accounts import JobAccount, JobGpuUse
 from nodeagent.cgroups import JobProcesses
 from nodeagent.gpu import GpuSample
 from nodeagent.procinfo import GpuProcessInfo, HostView
-from slurm_ext.reports import JobReport
+from slurm_ext.core.reports import JobReport
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -216,7 +216,7 @@ def main() -> int:
         print(_slurm_ext("explain", str(ids["gpt-8gpu"]), config=config))
         _say("Slurm's own view: sprio (site factor set by the service)")
         print(cluster.run("sprio", "-o", "%.6i %.10Y %.10S %.8A %.8F"))
-        from slurm_ext.store import Store
+        from slurm_ext.store.db import Store
 
         on_node1 = {
             j.job_id for j in client.jobs(states=("RUNNING", "COMPLETED")) if "node1" in j.nodes

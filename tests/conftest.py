@@ -17,8 +17,8 @@ import pytest
 from nodeagent.cgroups import read_mounts
 from nodeagent.testing import SlurmLikeCgroups
 from slurm_ext.slurm import CliSlurmClient, SlurmClient
-from slurm_ext.store import Store
-from slurm_ext.store_schema import MIGRATIONS
+from slurm_ext.store.db import Store
+from slurm_ext.store.schema import MIGRATIONS
 from slurm_ext.testing.cluster import LocalCluster, free_ports, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]

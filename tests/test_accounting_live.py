@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import cluster_options
 
-from slurm_ext.model import CompletedJob
+from slurm_ext.core.model import CompletedJob
 from slurm_ext.slurm import CliSlurmClient
 from slurm_ext.testing.cluster import LocalCluster
 

@@ -22,8 +22,8 @@ from nodeagent.agent import Agent
 from nodeagent.cgroups import job_slurm_env
 from nodeagent.config import AgentConfig
 from nodeagent.gpu import SimulatedGpuReader
-from slurm_ext.config import ConfigError, load_config
-from slurm_ext.model import Job
+from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.model import Job
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.testing.cluster import LocalCluster
 

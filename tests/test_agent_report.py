@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from nodeagent.report import ReportError, ReportSender, post_reports
-from slurm_ext.reports import (
+from slurm_ext.core.reports import (
     SIGNATURE_HEADER,
     JobReport,
     SecretFileError,

@@ -19,7 +19,7 @@ from conftest import free_port, wait_for
 
 from nodeagent.cgroups import read_mounts
 from nodeagent.testing import SlurmLikeCgroups
-from slurm_ext.store import Store, StoreError
+from slurm_ext.store.db import Store, StoreError
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm

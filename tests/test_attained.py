@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from slurm_ext.attained import Stint
-from slurm_ext.model import Job, JobState, Node
-from slurm_ext.records import fold_jobs
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
-from slurm_ext.store_records import DecisionRecord
+from slurm_ext.core.attained import Stint
+from slurm_ext.core.model import Job, JobState, Node
+from slurm_ext.service.fold import fold_jobs
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import Store
+from slurm_ext.store.rows import DecisionRecord
 from slurm_ext.testing.replay import ReplayClient
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from slurm_ext.cli import main
 from slurm_ext.cli.output import Column, duration, table
-from slurm_ext.model import JobState
+from slurm_ext.core.model import JobState
 from slurm_ext.predict.elastic import amdahl_throughput
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from slurm_ext.coloc_history import ColocHistory, KindRow, Observation, predict
-from slurm_ext.store import Store
+from slurm_ext.sim.coloc_history import ColocHistory, KindRow, Observation, predict
+from slurm_ext.store.db import Store
 
 
 def obs(name="train-bert", user="ana", **kw):

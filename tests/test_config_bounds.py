@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import AgentConfig
-from slurm_ext.config import ConfigError, load_config
+from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.predict.cpu import PredictorFile
-from slurm_ext.service import ServiceConfig
+from slurm_ext.service.loop import ServiceConfig
 
 CONFIGS = {"service": ServiceConfig, "agent": AgentConfig, "predictor": PredictorFile,
            "policy": PolicyConfig}  # fmt: skip

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_ext.cli import main
-from slurm_ext.reports import JobReport
-from slurm_ext.store import Store
-from slurm_ext.store_records import JobRecord
+from slurm_ext.core.reports import JobReport
+from slurm_ext.store.db import Store
+from slurm_ext.store.rows import JobRecord
 
 GIB = 2**30
 

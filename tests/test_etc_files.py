@@ -14,7 +14,7 @@ from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
-from slurm_ext.metrics import ServiceMetrics
+from slurm_ext.service.metrics import ServiceMetrics
 
 ETC = Path(__file__).resolve().parents[1] / "etc"
 METRIC_RE = re.compile(r"\b((?:slurm_ext|nvidia_gpu)_[A-Za-z0-9_]+)\b")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext import tomlio
+from slurm_ext.core import tomlio
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.service import with_checkpoints, with_requeue_hold, write_config
 

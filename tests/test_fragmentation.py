@@ -9,17 +9,17 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_ext.cli import main as cli_main
-from slurm_ext.config import load_config
-from slurm_ext.replay.placement import enable_hints, parse_allocations
-from slurm_ext.replay.service import write_config
-from slurm_ext.service import ServiceConfig
-from slurm_ext.sim.fragmentation import (
+from slurm_ext.core.config import load_config
+from slurm_ext.core.fragmentation import (
     JobRuns,
     even_split,
     fragmentation_gpu_s,
     stranded_gpus,
     summarize,
 )
+from slurm_ext.replay.placement import enable_hints, parse_allocations
+from slurm_ext.replay.service import write_config
+from slurm_ext.service.loop import ServiceConfig
 
 NODES = {"n1": 4, "n2": 4}
 

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from slurm_ext.cli.predict import predict
 from slurm_ext.predict.elastic import amdahl_throughput
 from slurm_ext.predict.hook import render_hook
-from slurm_ext.templates import load_template, render, template_names, templates_dir
+from slurm_ext.templates.render import load_template, render, template_names, templates_dir
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 TEMPLATES_DIR = "<templates_dir>"  # the install's path, which differs between checkouts

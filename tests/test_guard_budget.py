@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import Job, JobState, JobView, Node
+from slurm_ext.core.config import ConfigError, from_dict
+from slurm_ext.core.model import Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.policy.guard_budget import (
     budget_lifts,
@@ -24,11 +24,11 @@ from slurm_ext.policy.guard_budget import (
 )
 from slurm_ext.policy.guards import GUARDED, starts_promoted
 from slurm_ext.policy.tables import build_table
-from slurm_ext.rank_cache import RankCache
-from slurm_ext.service import Service, ServiceConfig
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.users import synth_user_jobs
-from slurm_ext.store import Store
+from slurm_ext.store.db import Store
 from slurm_ext.testing.replay import ReplayClient
 
 # completed GPU-seconds 1,000 .. 40,000: expected whole-job GPU-time 20,500 s

@@ -12,8 +12,8 @@ import pytest
 from conftest import live_client, wait_for
 
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm

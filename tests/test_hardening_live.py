@@ -27,12 +27,12 @@ from nodeagent.cgroups import read_proc_stat
 from nodeagent.config import AgentConfig
 from nodeagent.gpu import SimulatedGpuReader
 from slurm_ext import demo
-from slurm_ext.config import load_config
-from slurm_ext.metrics import ServiceMetrics, serve_http
-from slurm_ext.report_listener import SlurmJobNodes
-from slurm_ext.reports import SIGNATURE_HEADER, encode_reports, sign
+from slurm_ext.core.config import load_config
+from slurm_ext.core.reports import SIGNATURE_HEADER, encode_reports, sign
+from slurm_ext.service.listener import SlurmJobNodes
+from slurm_ext.service.metrics import ServiceMetrics, serve_http
 from slurm_ext.slurm.cli_backend import CliSlurmClient
-from slurm_ext.store import Store
+from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm

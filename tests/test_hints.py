@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_ext.hints import Hints, parse_hints
+from slurm_ext.core.hints import Hints, parse_hints
 from slurm_ext.predict.lua_check import lua_interpreters, run_driver
 
 # (comment, model, elastic, opportunistic, opt_out, all_off)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.listen import is_loopback, report_listener_warnings
+from slurm_ext.service.reachability import is_loopback, report_listener_warnings
 
 
 @pytest.mark.parametrize(

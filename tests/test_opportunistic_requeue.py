@@ -1,4 +1,4 @@
-"""The service's opportunistic requeue rule (slurm_ext/opportunistic_requeue.py): which
+"""The service's opportunistic requeue rule (slurm_ext/service/opportunistic_requeue.py): which
 jobs it picks from Slurm's view and the agents' reports, that it picks what the simulator
 picks, the paused-since field on the wire and in the store, and a live requeue."""
 
@@ -11,18 +11,18 @@ import pytest
 from conftest import wait_for
 
 from nodeagent.accounts import JobAccount
-from slurm_ext.config import ConfigError, load_config
-from slurm_ext.model import Job, JobState
-from slurm_ext.opportunistic_requeue import OpportunisticSection, overdue_jobs, paused_for
+from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.model import Job, JobState
+from slurm_ext.core.reports import JobReport, decode_reports, encode_reports
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.opportunistic import overdue
-from slurm_ext.reports import JobReport, decode_reports, encode_reports
-from slurm_ext.service import Service, ServiceConfig
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.service.opportunistic_requeue import OpportunisticSection, overdue_jobs, paused_for
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.sharing import JobProfile
 from slurm_ext.sim.traces import TraceJob
-from slurm_ext.store import Store
+from slurm_ext.store.db import Store
 
 ON = OpportunisticSection(max_pause_s=300.0)
 
@@ -272,7 +272,7 @@ def test_serve_requeues_on_a_signed_agent_report(clean_queue, tmp_path):
 
     from test_service_live import _post, start_service, stop, write_config
 
-    from slurm_ext.reports import sign
+    from slurm_ext.core.reports import sign
     from slurm_ext.slurm.cli_backend import CliSlurmClient
 
     c = clean_queue

@@ -13,8 +13,8 @@ import pytest
 from conftest import cluster_options, hold_the_gpu, live_client, wait_for
 
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm
@@ -50,7 +50,7 @@ def test_slurm_reordering_the_queue_is_counted_and_named(
                 policy=PolicyConfig(policy="fifo"),
             )
             service = Service(cfg, client, store)
-            with caplog.at_level(logging.WARNING, logger="slurm_ext.service"):
+            with caplog.at_level(logging.WARNING, logger="slurm_ext.service.loop"):
                 first = service.run_pass()
                 assert first.errors == 0 and sorted(first.planned) == sorted(jobs)
                 # Slurm recomputes the priorities after the writes; the next pass reads them

@@ -13,9 +13,9 @@ import pytest
 from conftest import wait_for
 from test_service_live import squeue
 
-from slurm_ext.service import Service, ServiceConfig
+from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.slurm.client import SlurmError
-from slurm_ext.store import Store
+from slurm_ext.store.db import Store
 
 pytestmark = pytest.mark.slurm
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.model import JobView
+from slurm_ext.core.model import JobView
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.policy.fairshare import (
     UsageLedger,

@@ -166,7 +166,7 @@ def test_jobs_are_ordered_by_the_index_rounded_on_a_log_scale():
 def test_tables_a_hair_apart_do_not_reorder_jobs():
     """Two GPU classes whose tables differ by one sample rank their fresh jobs as equals
     (submit order), so a completion that nudges one table does not swap the classes."""
-    from slurm_ext.model import JobView
+    from slurm_ext.core.model import JobView
     from slurm_ext.policy import PolicyConfig, rank
 
     base = [(1, 100.0 * (1 + i % 37)) for i in range(400)]

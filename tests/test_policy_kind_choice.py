@@ -6,10 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import JobView
+from slurm_ext.core.config import ConfigError, from_dict
+from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.kinds import Completed
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.users import synth_user_jobs
 

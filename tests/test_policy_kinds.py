@@ -5,11 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import JobView
+from slurm_ext.core.config import ConfigError, from_dict
+from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, rank
 from slurm_ext.policy.gittins import whole_job_indices
-from slurm_ext.policy.kinds import Completed
 
 CFG = PolicyConfig(
     policy="gittins",

@@ -62,8 +62,8 @@ def test_grid_prefixes_as_default_grid() -> None:
 def test_build_table_lazy_gives_the_same_tables(seed: int, classes: str) -> None:
     """`build_table(..., lazy=True)` (the simulator's refreshes): the pooled and class
     tables' cells computed as read, the same values and index per kind as built whole."""
+    from slurm_ext.core.model import Completed
     from slurm_ext.policy import PolicyConfig
-    from slurm_ext.policy.kinds import Completed
     from slurm_ext.policy.tables import build_table
 
     rng = random.Random(seed)

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from slurm_ext.model import Node
+from slurm_ext.core.model import Node
 from slurm_ext.policy import FreeIndex, choose_gpus, fragmentation, place
 
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import JobView
+from slurm_ext.core.config import ConfigError, from_dict
+from slurm_ext.core.model import JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, rank
 from slurm_ext.policy.ranking import key_change_after
 

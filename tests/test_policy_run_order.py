@@ -6,10 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import JobView
+from slurm_ext.core.config import ConfigError, from_dict
+from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.ranking import GUARDED, key_and_change
 from slurm_ext.policy.run_order import ordered_index
 from slurm_ext.policy.tables import build_table

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_ext.cli.predict import predict
-from slurm_ext.config import ConfigError, from_dict
+from slurm_ext.core.config import ConfigError, from_dict
 from slurm_ext.predict.cpu import CpuPredictorConfig, PredictorFile, decide_cpus
 from slurm_ext.predict.curve import fit_saturation
 from slurm_ext.predict.elastic import ElasticJob, allocate_elastic, amdahl_throughput

@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_ext.cli.predict import predict
-from slurm_ext.config import ConfigError, from_dict, load_config
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.core.config import ConfigError, from_dict, load_config
+from slurm_ext.core.model import Job, JobState, Node
+from slurm_ext.core.reports import JobReport
 from slurm_ext.predict.curve import fit_saturation
 from slurm_ext.predict.from_store import (
     PeriodicRebuild,
@@ -26,10 +27,9 @@ from slurm_ext.predict.from_store import (
     samples_from_reports,
 )
 from slurm_ext.predict.table import TableRow, load_table, render_table
-from slurm_ext.reports import JobReport
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
-from slurm_ext.store_records import JobRecord
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import Store
+from slurm_ext.store.rows import JobRecord
 from slurm_ext.testing.replay import ReplayClient
 
 H100 = "NVIDIA H100 80GB HBM3"

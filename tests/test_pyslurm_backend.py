@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.slurm.cli_backend import job_from_squeue, node_from_sinfo
 from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import parse_gpus

@@ -1,4 +1,4 @@
-"""The service's pass-to-pass ranking (slurm_ext/rank_cache.py) is `policy.rank`, decision
+"""The service's pass-to-pass ranking (slurm_ext/service/rank_cache.py) is `policy.rank`, decision
 for decision, while running jobs move past waiting ones, waiting jobs reach their
 starvation promotion or wait-guard tier, jobs come and go and the history grows; and
 the store shows each job's place in the latest order without rewriting the rank of
@@ -14,14 +14,13 @@ from dataclasses import replace
 import pytest
 from conftest import old_store
 
-from slurm_ext.model import Job, JobState, JobView, Node
+from slurm_ext.core.model import Completed, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.kinds import Completed
-from slurm_ext.rank_cache import RankCache
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
-from slurm_ext.store_records import DecisionRecord
-from slurm_ext.store_schema import SCHEMA_VERSION
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.service.rank_cache import RankCache
+from slurm_ext.store.db import Store
+from slurm_ext.store.rows import DecisionRecord
+from slurm_ext.store.schema import SCHEMA_VERSION
 from slurm_ext.testing.replay import ReplayClient
 
 POLICIES = [

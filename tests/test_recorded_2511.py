@@ -11,7 +11,7 @@ from typing import Any
 
 from test_pyslurm_backend import pyslurm_shaped
 
-from slurm_ext.model import JobState
+from slurm_ext.core.model import JobState
 from slurm_ext.slurm.cli_backend import CliSlurmClient, job_from_squeue, node_from_sinfo
 from slurm_ext.slurm.gres import parse_gpus
 from slurm_ext.slurm.pyslurm_mapping import job_from_pyslurm, layout_gpus, node_from_pyslurm

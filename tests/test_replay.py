@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.config import load_config
+from slurm_ext.core.config import load_config
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay import payload
 from slurm_ext.replay.metrics import KEYS, add_ratios, summarize
@@ -17,7 +17,7 @@ from slurm_ext.replay.plan import TARGET_WALL_S, PlanError, auto_speedup, plan, 
 from slurm_ext.replay.records import SqueuePoller, parse_sacct
 from slurm_ext.replay.service import scaled_policy, with_requeue_hold, write_config
 from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S, replay_conf
-from slurm_ext.service import ServiceConfig
+from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob
 

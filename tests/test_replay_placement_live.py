@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext import tomlio
+from slurm_ext.core import tomlio
 from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.placement import load_allocations
 from slurm_ext.sim.traces import TraceJob

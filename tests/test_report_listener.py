@@ -14,10 +14,17 @@ import pytest
 from test_agent_report import SECRET, make_report
 
 from nodeagent.report import ReportSender
-from slurm_ext.metrics import ServiceMetrics, serve_http
-from slurm_ext.report_listener import ListenerLimits
-from slurm_ext.reports import NODE_HEADER, SIGNATURE_HEADER, encode_reports, node_key, sign, verify
-from slurm_ext.store import Store
+from slurm_ext.core.reports import (
+    NODE_HEADER,
+    SIGNATURE_HEADER,
+    encode_reports,
+    node_key,
+    sign,
+    verify,
+)
+from slurm_ext.service.listener import ListenerLimits
+from slurm_ext.service.metrics import ServiceMetrics, serve_http
+from slurm_ext.store.db import Store
 
 LIMITS = ListenerLimits(header_timeout_s=2.0, body_timeout_s=3.0, max_connections=200)
 

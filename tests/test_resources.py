@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.resources import shipped_file, shipped_names, write_file
+from slurm_ext.core.resources import shipped_file, shipped_names, write_file
 
 ETC = Path(__file__).resolve().parents[1] / "etc"
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from slurm_ext.model import CompletedJob
+from slurm_ext.core.model import CompletedJob
 from slurm_ext.sim.traces import read_trace
 from slurm_ext.slurm.history import completion_rows
 from slurm_ext.slurm.pyslurm_mapping import completed_from_db

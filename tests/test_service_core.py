@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.model import Job, JobState, Node
-from slurm_ext.records import fold_jobs
-from slurm_ext.service import plan_placements
-from slurm_ext.store import Store, StoreError
-from slurm_ext.store_schema import SCHEMA_VERSION
-from slurm_ext.writeback import assign_values, changed
+from slurm_ext.core.model import Job, JobState, Node
+from slurm_ext.service.fold import fold_jobs
+from slurm_ext.service.loop import plan_placements
+from slurm_ext.service.writeback import assign_values, changed
+from slurm_ext.store.db import Store, StoreError
+from slurm_ext.store.schema import SCHEMA_VERSION
 
 
 def _job(
@@ -142,7 +142,7 @@ def test_store_migrates_and_refuses_newer(tmp_path):
 
 
 def test_job_view_gives_the_policy_the_current_stint():
-    from slurm_ext.service import job_view
+    from slurm_ext.service.loop import job_view
 
     recs, _ = fold_jobs({}, [_job(1, "RUNNING", gpus=2, start=100)], now=100)
     view = job_view(_job(1, "RUNNING", gpus=2, start=100), recs[1], now=160)
@@ -196,7 +196,7 @@ def test_sacct_failure_is_a_slurm_error_with_its_message(tmp_path):
 
 
 def test_store_keeps_the_newest_cumulative_report(tmp_path):
-    from slurm_ext.reports import JobReport
+    from slurm_ext.core.reports import JobReport
 
     def rep(end: float, gpu_s: float) -> JobReport:
         return JobReport(node="n1", job_id=9, gpu_seconds=gpu_s, gpu_util_mean=0.5, gpu_util_peak=0.5,
@@ -232,9 +232,7 @@ def test_a_user_without_write_access_can_read_the_store():
         store = Store(state / "service.db")
         store.pin(42, "admin")
         db = str(state / "service.db")
-        probe = (
-            f"from slurm_ext.store import Store; print(sorted(Store({db!r}, readonly=True).pins()))"
-        )
+        probe = f"from slurm_ext.store.db import Store; print(sorted(Store({db!r}, readonly=True).pins()))"
         for p in [root, *root.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
 
@@ -259,7 +257,7 @@ def test_a_promoted_job_keeps_its_fresh_quantum_for_the_stint():
     """As in the simulator: a job the starvation guard promoted starts a stint whose queue
     counts service since the promotion; the next stint counts all of it again."""
     from slurm_ext.policy import PolicyConfig, rank
-    from slurm_ext.service import job_view
+    from slurm_ext.service.loop import job_view
 
     cfg = PolicyConfig(
         policy="las", queue_thresholds_gpu_s=[100.0], starvation_factor=2.0, min_run_s=0.0
@@ -282,7 +280,7 @@ def test_a_promoted_job_keeps_its_fresh_quantum_for_the_stint():
 
 
 def test_a_version_1_store_is_migrated_in_place(tmp_path):
-    from slurm_ext.store_schema import MIGRATIONS
+    from slurm_ext.store.schema import MIGRATIONS
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
@@ -302,8 +300,8 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
 
 def test_example_service_toml_documents_the_defaults():
     """etc/service.toml says its values are the defaults: keep it true."""
-    from slurm_ext.config import load_config
-    from slurm_ext.service import ServiceConfig
+    from slurm_ext.core.config import load_config
+    from slurm_ext.service.loop import ServiceConfig
 
     path = Path(__file__).resolve().parents[1] / "etc" / "service.toml"
     assert load_config(ServiceConfig, path) == ServiceConfig()
@@ -315,7 +313,7 @@ def test_example_service_toml_names_every_setting():
     import dataclasses
     import re
 
-    from slurm_ext.service import ServiceConfig
+    from slurm_ext.service.loop import ServiceConfig
 
     text = (Path(__file__).resolve().parents[1] / "etc" / "service.toml").read_text()
     sections = re.split(r"^\[(\w+)\]\s*$", text, flags=re.M)
@@ -338,8 +336,8 @@ def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
     """A store error is logged and backed off like a Slurm outage; the loop goes on."""
     import threading
 
-    from slurm_ext.service import Service, ServiceConfig
-    from slurm_ext.store_schema import MIGRATIONS
+    from slurm_ext.service.loop import Service, ServiceConfig
+    from slurm_ext.store.schema import MIGRATIONS
     from slurm_ext.testing.replay import ReplayClient
 
     cfg = ServiceConfig(
@@ -377,7 +375,7 @@ def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
         svc.stop()
 
     helper = threading.Thread(target=break_and_mend, daemon=True)
-    with caplog.at_level("INFO", logger="slurm_ext.service"):
+    with caplog.at_level("INFO", logger="slurm_ext.service.loop"):
         helper.start()
         assert svc.serve() == 0  # returns only when stopped
     helper.join(5)
@@ -392,7 +390,7 @@ def test_service_ranks_by_gpu_class_tables_from_its_store_as_the_simulator(tmp_p
     from dataclasses import replace
 
     from slurm_ext.policy import PolicyConfig, build_table
-    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.sim.engine import SimConfig, Simulator
     from slurm_ext.testing.replay import ReplayClient
 
@@ -434,7 +432,7 @@ def test_service_ranks_by_gpu_class_tables_from_its_store_as_the_simulator(tmp_p
 def test_writes_stop_when_slurmctld_stops_answering_and_resume_next_pass(tmp_path):
     """Batch writes: failures are named per job and retried; an outage mid-write aborts
     the pass's writes (none recorded as written) instead of timing out job by job."""
-    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.slurm.client import JobNotFound, SlurmUnavailable
     from slurm_ext.testing.replay import ReplayClient
 
@@ -473,7 +471,7 @@ def test_a_pass_persists_only_what_changed_and_the_store_keeps_up(tmp_path):
     changed; a decision whose rank alone moved keeps the time it was made, with its new
     rank in the store. What the store holds is what the service decided, every pass."""
     from slurm_ext.policy import PolicyConfig
-    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.testing.replay import ReplayClient
 
     def pending(job_id: int, submit: float) -> Job:
@@ -536,8 +534,8 @@ def test_a_waiting_jobs_view_is_reused_only_while_all_it_reads_is_equal():
     changing any one field of the job or its record that changes the view changes them."""
     from dataclasses import fields, replace
 
-    from slurm_ext.service_steps import job_view, waiting_inputs
-    from slurm_ext.store_records import JobRecord
+    from slurm_ext.service.steps import job_view, waiting_inputs
+    from slurm_ext.store.rows import JobRecord
 
     job = Job(job_id=4, name="n", user="u", account="a", partition="p", gpus=2,
               submit_time=100.0, time_limit_s=600.0, comment="model=bert")  # fmt: skip
@@ -565,8 +563,8 @@ def test_a_waiting_jobs_view_is_reused_only_while_all_it_reads_is_equal():
 
 
 def test_order_inversions_counts_adjacent_pending_jobs_slurm_orders_the_other_way():
-    from slurm_ext.model import Decision
-    from slurm_ext.service_steps import order_inversions
+    from slurm_ext.core.model import Decision
+    from slurm_ext.service.steps import order_inversions
 
     def job(job_id: int, prio: int, state=JobState.PENDING) -> Job:
         return Job(job_id=job_id, state=state, gpus=1, submit_time=0.0, priority=prio)
@@ -590,7 +588,7 @@ def test_the_service_warns_when_slurm_reorders_its_queue(tmp_path, caplog):
     log warns once and names value_max; a queue Slurm orders as the service does gives
     no warning."""
     from slurm_ext.policy import PolicyConfig
-    from slurm_ext.service import Service, ServiceConfig
+    from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.testing.replay import ReplayClient
 
     def pending(job_id: int, prio: int) -> Job:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from conftest import old_store
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.core.model import Completed, Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, build_table, rank
-from slurm_ext.policy.kinds import Completed
-from slurm_ext.records import fold_jobs
-from slurm_ext.service import Service, ServiceConfig, job_view, with_kinds
+from slurm_ext.service.fold import fold_jobs
+from slurm_ext.service.loop import Service, ServiceConfig, job_view, with_kinds
 from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.store import Store
-from slurm_ext.store_schema import MIGRATIONS, SCHEMA_VERSION
+from slurm_ext.store.db import Store
+from slurm_ext.store.schema import MIGRATIONS, SCHEMA_VERSION
 from slurm_ext.testing.replay import ReplayClient
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import cluster_options, free_port, wait_for
 
-from slurm_ext.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
+from slurm_ext.core.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
 from slurm_ext.testing.cluster import LocalCluster
 
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
@@ -370,7 +370,7 @@ def test_metrics_and_signed_reports(clean_queue, tmp_path):
         assert "slurm_ext_reports_received_total 1.0" in final
     finally:
         stop(proc)
-    from slurm_ext.store import Store
+    from slurm_ext.store.db import Store
 
     stored = Store(tmp_path / "service.db", readonly=True).reports(MISSING_JOB)
     assert len(stored) == 1 and stored[0].gpu_energy_j == 100.0
@@ -467,7 +467,7 @@ def test_explain_names_the_kind_group_of_a_never_run_job(clean_queue, tmp_path):
     an earlier sim job, and explain says which group its index came from."""
     import getpass
 
-    from slurm_ext.store import Store
+    from slurm_ext.store.db import Store
 
     c = clean_queue
     me = getpass.getuser()

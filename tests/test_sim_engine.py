@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ext.core.model import Completed
 from slurm_ext.policy import PolicyConfig, build_table, rank
-from slurm_ext.policy.kinds import Completed
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.metrics import percentile, summarize
 from slurm_ext.sim.synth import synth_jobs

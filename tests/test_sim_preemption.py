@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.model import Job, JobState, Node
+from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, choose_gpus, rank
 from slurm_ext.policy.preemption import (
     RunningJob,
@@ -17,7 +17,7 @@ from slurm_ext.policy.preemption import (
     choose_victims,
     requeue_cost_gpu_s,
 )
-from slurm_ext.service_steps import _per_node, preemption_victims
+from slurm_ext.service.steps import _per_node, preemption_victims
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.traces import TraceJob

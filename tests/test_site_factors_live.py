@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import cluster_options, hold_the_gpu, live_client
 
-from slurm_ext.model import JobView
+from slurm_ext.core.model import JobView
 from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.compose import composed_score
 from slurm_ext.policy.ranking import priority_key
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm

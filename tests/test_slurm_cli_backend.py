@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import LIVE_BACKENDS, cluster_options, live_client, session_cluster, wait_for
 
-from slurm_ext.model import JobState
+from slurm_ext.core.model import JobState
 from slurm_ext.slurm.cli_backend import CliSlurmClient, job_from_squeue, node_from_sinfo
 from slurm_ext.slurm.client import JobNotFound, SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import job_gpus, parse_gpus

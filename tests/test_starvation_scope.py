@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_ext.config import ConfigError, from_dict
-from slurm_ext.model import JobView
+from slurm_ext.core.config import ConfigError, from_dict
+from slurm_ext.core.model import JobView
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.sim.engine import SimConfig, Simulator

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.model import Job, JobState, Node
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import WAL_LIMIT_BYTES, Store
-from slurm_ext.store_records import JobRecord
+from slurm_ext.core.model import Job, JobState, Node
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import WAL_LIMIT_BYTES, Store
+from slurm_ext.store.rows import JobRecord
 from slurm_ext.testing.replay import ReplayClient
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import AgentConfig
-from slurm_ext.config import load_config
-from slurm_ext.service import ServiceConfig
+from slurm_ext.core.config import load_config
+from slurm_ext.service.loop import ServiceConfig
 
 ETC = Path(__file__).resolve().parents[1] / "etc"
 BOUNDS = {"slurm-ext-agent.service": 4.0, "slurm-ext.service": 2.0}

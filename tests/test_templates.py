@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from nodeagent.progress import parse_tail, progress_rate
 from slurm_ext.cli import main
-from slurm_ext.templates import (
+from slurm_ext.templates.render import (
     TemplateError,
     check_script,
     load_template,

@@ -20,7 +20,7 @@ from conftest import wait_for
 
 from nodeagent.progress import parse_tail
 from slurm_ext.predict.hook import render_hook
-from slurm_ext.templates import load_template, render, template_names
+from slurm_ext.templates.render import load_template, render, template_names
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
-from slurm_ext import tomlio
-from slurm_ext.service import ServiceConfig
+from slurm_ext.core import tomlio
+from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.testing.cluster import LocalCluster
 
 ETC = Path(__file__).resolve().parents[1] / "etc"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext.templates import TemplateError, load_template, render, template_names
+from slurm_ext.templates.render import TemplateError, load_template, render, template_names
 
 STUB = """#!/bin/sh
 # records how it was called, one argument a line, and succeeds

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ext import tomlio
-from slurm_ext.config import ConfigError, load_config
+from slurm_ext.core import tomlio
+from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.replay.service import write_config
-from slurm_ext.service import ServiceConfig
+from slurm_ext.service.loop import ServiceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,14 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_ext.cli.inspect import explain, queue
-from slurm_ext.metrics import ServiceMetrics, serve_http
-from slurm_ext.model import Job, JobState, Node
-from slurm_ext.report_listener import ListenerLimits
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store
+from slurm_ext.core.model import Job, JobState, Node
+from slurm_ext.service.listener import ListenerLimits
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.service.metrics import ServiceMetrics, serve_http
+from slurm_ext.store.db import Store
 from slurm_ext.testing.replay import ReplayClient
-from slurm_ext.userview import free_gpus
-from slurm_ext.userview_http import UserView
+from slurm_ext.userview.http import UserView
+from slurm_ext.userview.rows import free_gpus
 
 
 def snapshot() -> tuple[list[Job], list[Node]]:

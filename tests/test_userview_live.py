@@ -22,7 +22,7 @@ import pytest
 from conftest import free_port, wait_for
 from test_service_live import start_service, stop, write_config
 
-from slurm_ext.store import Store
+from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slurm

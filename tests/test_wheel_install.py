@@ -99,8 +99,8 @@ def test_the_package_and_its_files_come_from_the_wheel(wheel_venv: WheelVenv) ->
         "python",
         "-c",
         "import json, slurm_ext, nodeagent\n"
-        "from slurm_ext.resources import shipped_file\n"
-        "from slurm_ext.templates import templates_dir\n"
+        "from slurm_ext.core.resources import shipped_file\n"
+        "from slurm_ext.templates.render import templates_dir\n"
         "print(json.dumps([slurm_ext.__file__, nodeagent.__file__,"
         " str(shipped_file('job_submit.lua')), str(templates_dir())]))",
     )

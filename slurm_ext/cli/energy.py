@@ -2,7 +2,7 @@
 
 Reads the service's store read-only. A report is cumulative for one (node, job) since
 its `period_start`, and re-delivery repeats it, so per (node, job, period) only the
-report with the greatest `period_end` counts (`slurm_ext.reports.per_job`); a job's
+report with the greatest `period_end` counts (`slurm_ext.core.reports.per_job`); a job's
 figures are the sum of those over its nodes and a node's periods (an agent that lost its
 state starts a new period from zero).
 Users come from the service's job records (jobs it saw in Slurm); "" when unknown.
@@ -19,7 +19,7 @@ import click
 
 from slurm_ext.cli.options import config_option, json_option, load_service_config, open_store
 from slurm_ext.cli.output import Column, echo_json, table
-from slurm_ext.energy import aggregate, totals
+from slurm_ext.core.energy import aggregate, totals
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

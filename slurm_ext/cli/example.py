@@ -1,5 +1,5 @@
 """`slurm-ext example`: the files shipped from etc/ (hook, configs, units, ...), printed or
-written out, so that an install from a wheel needs no checkout (slurm_ext.resources)."""
+written out, so that an install from a wheel needs no checkout (slurm_ext.core.resources)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import click
 
 from slurm_ext.cli.options import json_option
 from slurm_ext.cli.output import echo_json
-from slurm_ext.resources import shipped_file, shipped_names, write_file
+from slurm_ext.core.resources import shipped_file, shipped_names, write_file
 
 
 @click.command()

@@ -22,11 +22,11 @@ from slurm_ext.cli.options import (
     service_client,
 )
 from slurm_ext.cli.output import Column, duration, echo_json, table
-from slurm_ext.model import JobState
+from slurm_ext.core.model import JobState
 from slurm_ext.policy import fragmentation
-from slurm_ext.service import ServiceConfig
+from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.slurm import SlurmError
-from slurm_ext.userview import (
+from slurm_ext.userview.rows import (
     ViewError,
     explain_info,
     fetch_json,

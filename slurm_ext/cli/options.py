@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 import click
 
-from slurm_ext.config import ConfigError, load_config
+from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.service import ServiceConfig
+from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.sim.simjob import WILLRUN_STARTS
 from slurm_ext.sim.traces import FORMATS, Trace, TraceError, read_trace
 from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.slurm.client import SlurmClient
-from slurm_ext.store import Store, StoreError
+from slurm_ext.store.db import Store, StoreError
 
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
 EXIT_CONFIG = 2

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from slurm_ext.durations import duration  # noqa: F401 (the commands import it from here)
+from slurm_ext.core.durations import duration  # noqa: F401 (the commands import it from here)
 
 
 @dataclass(frozen=True)

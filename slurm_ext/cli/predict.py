@@ -10,7 +10,8 @@ import click
 
 from slurm_ext.cli.options import json_option
 from slurm_ext.cli.output import echo_json
-from slurm_ext.config import ConfigError, load_config
+from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.resources import write_file
 from slurm_ext.predict.cpu import (
     ANY_GPU,
     PredictorFile,
@@ -24,8 +25,7 @@ from slurm_ext.predict.hook import render_hook
 from slurm_ext.predict.rewrite import HookConfig, JobRequest, plan_rewrite
 from slurm_ext.predict.samples import SampleError, load_samples
 from slurm_ext.predict.table import TableError, evidence_path, load_table, write_table
-from slurm_ext.resources import write_file
-from slurm_ext.store import StoreError
+from slurm_ext.store.db import StoreError
 
 
 def _config(path: str | None) -> PredictorFile:

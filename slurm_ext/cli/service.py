@@ -26,12 +26,12 @@ from slurm_ext.cli.options import (
     open_store,
     service_client,
 )
-from slurm_ext.service import Service, ServiceConfig
-from slurm_ext.store import Store, StoreError
-from slurm_ext.store_lock import StoreLocked, lock_store
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.store.db import Store, StoreError
+from slurm_ext.store.lock import StoreLocked, lock_store
 
 EXIT_ALREADY_RUNNING = 3
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 
 
 @contextmanager
@@ -58,11 +58,11 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
 @click.option("--once", is_flag=True, help="Run one pass and exit (status 1 if Slurm failed).")
 def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
-    from slurm_ext.listen import warn_if_reports_unreachable
-    from slurm_ext.metrics import ServiceMetrics, serve_http
-    from slurm_ext.report_listener import SlurmJobNodes
-    from slurm_ext.reports import SecretFileError, read_secret
-    from slurm_ext.userview_http import UserView
+    from slurm_ext.core.reports import SecretFileError, read_secret
+    from slurm_ext.service.listener import SlurmJobNodes
+    from slurm_ext.service.metrics import ServiceMetrics, serve_http
+    from slurm_ext.service.reachability import warn_if_reports_unreachable
+    from slurm_ext.userview.http import UserView
 
     cfg = load_service_config(config_path)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:

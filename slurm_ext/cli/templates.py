@@ -1,4 +1,4 @@
-"""`slurm-ext template list | render | check`: the sbatch templates (slurm_ext.templates)."""
+"""`slurm-ext template list | render | check`: the sbatch templates (slurm_ext.templates.render)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from slurm_ext.cli.options import json_option
 from slurm_ext.cli.output import echo_json
-from slurm_ext.templates import (
+from slurm_ext.templates.render import (
     TemplateError,
     check_script,
     load_template,

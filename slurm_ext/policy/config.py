@@ -1,12 +1,12 @@
 """Policy knobs: a plain dataclass. The shells fill it from one TOML table (`[policy]`)
-with `slurm_ext.config.from_dict`; the policy itself reads no file."""
+with `slurm_ext.core.config.from_dict`; the policy itself reads no file."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.policy.fields import choices, positive
+from slurm_ext.core.fields import choices, positive
 from slurm_ext.policy.kinds import parse_level
 
 POLICIES = ("gittins", "las", "fifo", "multifactor", "fairshare", "sjf", "srtf")

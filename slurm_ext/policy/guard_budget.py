@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from slurm_ext.model import JobView
+from slurm_ext.core.model import JobView
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.guards import guard_deadline, guard_promotes

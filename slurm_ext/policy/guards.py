@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from slurm_ext.model import Decision, JobView
+from slurm_ext.core.model import Decision, JobView
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable
 

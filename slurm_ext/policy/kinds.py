@@ -36,25 +36,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
+from slurm_ext.core.model import Completed
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
 from slurm_ext.policy.lazy_gittins import SortedSamples
 
 FIELDS = ("user", "name", "account", "gpus")
 CLASS_LEVEL = "gpus-class"
 POOLED = "pooled"
-
-
-class Completed(NamedTuple):
-    """One completed job as the history keeps it: its kind and its GPU-time."""
-
-    gpus: int | None
-    gpu_s: float
-    user: str = ""
-    name: str = ""
-    account: str = ""
-    time_limit_s: float | None = None
 
 
 def parse_level(spec: str) -> tuple[str, ...]:

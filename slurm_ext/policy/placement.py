@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from slurm_ext.model import Node, Placement
+from slurm_ext.core.model import Node, Placement
 from slurm_ext.policy.profiles import network_sensitive as _sensitive
 
 MODES = ("consolidate", "spread", "profile")

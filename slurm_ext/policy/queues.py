@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 
-from slurm_ext.model import JobView
+from slurm_ext.core.model import JobView
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.guards import wait_judged

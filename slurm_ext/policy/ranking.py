@@ -12,7 +12,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 
-from slurm_ext.model import Decision, JobView
+from slurm_ext.core.model import Decision, JobView
 from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from slurm_ext.core.model import Completed
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.gittins import GittinsTable
-from slurm_ext.policy.kinds import Completed, KindTables
+from slurm_ext.policy.kinds import KindTables
 from slurm_ext.policy.lazy_gittins import LazyGittinsTable
 
 # completed jobs: GPU-seconds, (GPUs, GPU-seconds) where the GPU count is known, or

@@ -20,13 +20,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_ext.config import load_config, positive
+from slurm_ext.core.config import load_config, positive
+from slurm_ext.core.reports import JobReport, per_job
 from slurm_ext.predict.cpu import PredictorFile, decide_cpus, with_elastic_keys
 from slurm_ext.predict.samples import CpuSample, SampleError, sample_from_report, workload_key
 from slurm_ext.predict.table import load_table, write_table
-from slurm_ext.reports import JobReport, per_job
-from slurm_ext.store import Store
-from slurm_ext.store_records import JobRecord
+from slurm_ext.store.db import Store
+from slurm_ext.store.rows import JobRecord
 
 log = logging.getLogger("slurm_ext.predict")
 

@@ -1,13 +1,13 @@
 """Install-time rendering of etc/job_submit.lua: set its four settings lines safely.
 
-The Lua source is package data (slurm_ext.resources), so this works from a wheel."""
+The Lua source is package data (slurm_ext.core.resources), so this works from a wheel."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from slurm_ext.resources import shipped_file
+from slurm_ext.core.resources import shipped_file
 
 HOOK_SOURCE = shipped_file("job_submit.lua")
 _PATH_RE = re.compile(r"/[A-Za-z0-9._/+-]{1,4000}")

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_ext.hints import KEY_RE, parse_hints
+from slurm_ext.core.hints import KEY_RE, parse_hints
 from slurm_ext.predict.samples import valid_gpu_type
 from slurm_ext.predict.table import ParsedTable
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_ext.hints import KEY_RE
+from slurm_ext.core.hints import KEY_RE
 
 GPU_TYPE_MAX = 64
 

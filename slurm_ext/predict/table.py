@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurm_ext.hints import KEY_RE
+from slurm_ext.core.hints import KEY_RE
 from slurm_ext.predict.cpu import ANY_GPU, CpuDecision
 from slurm_ext.predict.samples import valid_gpu_type
 

@@ -3,7 +3,7 @@
 `enable_hints` turns on the service's `placement` key (it names nodes, ReqNodeList, for
 a waiting job that can start now) in the config the replay wrote. `read_allocations`
 asks sacct which nodes each run of each job held, so the fragmentation metric
-(`sim/fragmentation.py`) can be computed from Slurm's own records after the run.
+(`core/fragmentation.py`) can be computed from Slurm's own records after the run.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from slurm_ext import tomlio
+from slurm_ext.core import tomlio
+from slurm_ext.core.fragmentation import JobRuns, even_split, summarize
 from slurm_ext.policy.placement import MODES
 from slurm_ext.replay.plan import ReplayJob
 from slurm_ext.replay.records import RecordsError, _epoch, run_sacct
 from slurm_ext.replay.target import _GRES_GPU, Target, TargetError, _run
-from slurm_ext.sim.fragmentation import JobRuns, even_split, summarize
 from slurm_ext.slurm.hostlist import expand_hostlist
 
 SACCT_FORMAT = "JobIDRaw,State,Submit,Start,End,AllocTRES,NodeList"

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_ext import tomlio
+from slurm_ext.core import tomlio
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S
 

@@ -26,12 +26,12 @@ import heapq
 import sqlite3
 from collections.abc import Mapping, Sequence
 
-from slurm_ext.coloc_history import ColocHistory, Observation
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
 from slurm_ext.policy import opportunistic as opp_rules
 from slurm_ext.sim.coloc_agents import SimulatedAgents
 from slurm_ext.sim.coloc_giveway import GiveWay
+from slurm_ext.sim.coloc_history import ColocHistory, Observation
 from slurm_ext.sim.coloc_model import (
     DEFAULT_SHARE,
     Gpu,

@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable
 from heapq import heappop
 from operator import itemgetter
 
-from slurm_ext.model import JobView
+from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, spread_slowdown
 from slurm_ext.policy.guard_budget import Due, budgeted
 from slurm_ext.policy.guards import wait_guarded
-from slurm_ext.policy.kinds import Choice, Completed
+from slurm_ext.policy.kinds import Choice
 from slurm_ext.policy.placement import min_nodes
 from slurm_ext.policy.queues import starvation_lifts
 from slurm_ext.sim.backfill import NodeSteps

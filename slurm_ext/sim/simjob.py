@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from slurm_ext.attained import Attained
-from slurm_ext.model import JobView
-from slurm_ext.policy.kinds import Completed
+from slurm_ext.core.attained import Attained
+from slurm_ext.core.model import Completed, JobView
 from slurm_ext.sim.backfill import Candidate
 from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.traces import TraceJob
@@ -207,7 +206,7 @@ class SimJob:
         self.name, self.account = t.job_name, t.account
         self.must_consolidate = must_consolidate
         self.progress = 0.0  # work seconds done (at full speed)
-        # its attained service, the value the live service keeps too (slurm_ext.attained);
+        # its attained service, the value the live service keeps too (slurm_ext.core.attained);
         # attained, executed, last_run and promoted_at copy it for the engine's hot path
         # and change only with it (begin_stint, end_stint)
         self.service = Attained()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_ext.hints import parse_hints
+from slurm_ext.core.hints import parse_hints
 from slurm_ext.slurm.sacct import parse_header, parse_row
 
 FORMATS = ("tiresias", "sacct", "pai")

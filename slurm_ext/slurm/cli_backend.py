@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ext.model import CompletedJob, Job, JobState, Node
+from slurm_ext.core.model import CompletedJob, Job, JobState, Node
 from slurm_ext.slurm.client import (
     JobNotFound,
     SlurmError,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from slurm_ext.model import CompletedJob, Job, Node
+from slurm_ext.core.model import CompletedJob, Job, Node
 
 log = logging.getLogger("slurm_ext.slurm")
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from slurm_ext.model import CompletedJob
+from slurm_ext.core.model import CompletedJob
 
 
 def completion_rows(

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ext.model import CompletedJob, Job, JobState, Node
+from slurm_ext.core.model import CompletedJob, Job, JobState, Node
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import (
     JobNotFound,

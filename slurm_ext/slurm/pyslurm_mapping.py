@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_ext.model import CompletedJob, Job, JobState, Node
+from slurm_ext.core.model import CompletedJob, Job, JobState, Node
 from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from slurm_ext.model import CompletedJob
+from slurm_ext.core.model import CompletedJob
 
 # What the service asks for; the trace reader accepts any superset or reordering.
 SACCT_FIELDS = (

@@ -11,10 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from slurm_ext.testing.cluster import LocalCluster
+
+class ClusterShape(Protocol):
+    """What the configuration files need of a cluster (`LocalCluster` has it)."""
+
+    cluster_name: str
+    root: Path
+    nodes: int
+    node_names: Sequence[str]
+    cpus_per_node: int
+    memory_mb: int
+    gpus_per_node: int
+    shards_per_gpu: int
+    partition: str
+    share_partition: str
+    extra_conf: str
 
 SLURM_CONF = """\
 ClusterName={cluster_name}
@@ -90,7 +103,7 @@ def node_gres(gpus_per_node: int, shards_per_gpu: int) -> str:
 
 
 def slurm_conf_text(
-    c: LocalCluster, ctld_port: int, node_ports: Sequence[int], sockets: Path, job_submit: str
+    c: ClusterShape, ctld_port: int, node_ports: Sequence[int], sockets: Path, job_submit: str
 ) -> str:
     """slurm.conf for `c`, its slurmctld and each slurmd on the given loopback ports."""
     nodes = node_range(c.nodes)
@@ -120,7 +133,7 @@ def slurm_conf_text(
     )
 
 
-def gres_conf_text(c: LocalCluster) -> str:
+def gres_conf_text(c: ClusterShape) -> str:
     """gres.conf for `c`: its fake GPU device files (and share devices with shards)."""
     g, nodes = c.gpus_per_node, node_range(c.nodes)
     if c.shards_per_gpu > 0:

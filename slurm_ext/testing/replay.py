@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurm_ext.model import CompletedJob, Job, Node
+from slurm_ext.core.model import CompletedJob, Job, Node
 
 
 class ReplayClient:

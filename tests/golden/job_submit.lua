@@ -11,7 +11,7 @@ comparing the bytes read is as cheap as the read itself). Table contents are onl
 matched with string patterns and tonumber(): nothing from the table or the job becomes
 Lua code.
 
-The same rules live in Python (slurm_ext/hints.py, slurm_ext/predict/table.py and
+The same rules live in Python (slurm_ext/core/hints.py, slurm_ext/predict/table.py and
 rewrite.py: `slurm-ext predict apply --dry-run`); tests check both agree.
 See docs/predictor.md.
 ]]
@@ -45,7 +45,7 @@ local function small_int(s, lo, hi)
   return n
 end
 
--- hints: the twin of slurm_ext/hints.py parse_hints
+-- hints: the twin of slurm_ext/core/hints.py parse_hints
 function M.parse_hints(comment)
   local values = {}
   if type(comment) == "string" then

@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
-from slurm_ext.model import Decision, Job
+from slurm_ext.core.model import Decision, Job
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.compose import live_key, site_factor
 from slurm_ext.policy.guards import GUARDED
 from slurm_ext.policy.ranking import Key
-from slurm_ext.store_records import DecisionRecord, copy_with
+from slurm_ext.store.rows import DecisionRecord, copy_with
 
 
 def slurm_base(job: Job, stored: DecisionRecord | None) -> int:

@@ -29,13 +29,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_ext.report_listener import Outcome
-from slurm_ext.store import Store, StoreError
-from slurm_ext.store_records import DecisionRecord, JobRecord
-from slurm_ext.userview import explain_info, free_gpus, node_rows, queue_row, sort_rows
-from slurm_ext.userview_page import render_page
+from slurm_ext.service.listener import Outcome
+from slurm_ext.store.db import Store, StoreError
+from slurm_ext.store.rows import DecisionRecord, JobRecord
+from slurm_ext.userview.page import render_page
+from slurm_ext.userview.rows import explain_info, free_gpus, node_rows, queue_row, sort_rows
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 
 JSON = "application/json"
 HTML = "text/html; charset=utf-8"

@@ -1,7 +1,7 @@
 """Attained-service records of Slurm jobs, advanced pass by pass from Slurm's snapshots.
 
 Pure functions: the service folds each snapshot into the records its store keeps. What
-a job has received is `slurm_ext.attained.Attained` (closed stints, the open one, a
+a job has received is `slurm_ext.core.attained.Attained` (closed stints, the open one, a
 promotion); this module decides, from what Slurm says of a job now and what the last
 pass saw, which stint opens, closes or changes its GPU count.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from slurm_ext.attained import Attained, Stint
-from slurm_ext.hints import parse_hints
-from slurm_ext.model import Job, JobState
-from slurm_ext.store_records import JobRecord
+from slurm_ext.core.attained import Attained, Stint
+from slurm_ext.core.hints import parse_hints
+from slurm_ext.core.model import Job, JobState
+from slurm_ext.store.rows import JobRecord
 
 TERMINAL = (
     "COMPLETED",
@@ -64,7 +64,7 @@ def fold(
     them starts counts its queue from the service it had then (as the simulator does).
 
     A stint's start is Slurm's StartTime, so a service restart loses nothing of a running
-    stint; each part of a stint is charged at the GPUs it held (slurm_ext.attained), and
+    stint; each part of a stint is charged at the GPUs it held (slurm_ext.core.attained), and
     a job that ran and ended between two passes is charged from Slurm's StartTime and
     EndTime. A job is its id and its submit time: an id Slurm hands out again (after its
     state was reset) starts a new record, and the old one is closed as gone.

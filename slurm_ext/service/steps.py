@@ -1,7 +1,7 @@
 """The pure pieces of a service pass: what the policy sees of a job, where pending jobs
 should go, which running jobs to requeue, whether a decision changed.
 
-Functions of their arguments only; `slurm_ext.service` calls them in its pass.
+Functions of their arguments only; `slurm_ext.service.loop` calls them in its pass.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from slurm_ext.hints import parse_hints
-from slurm_ext.model import Decision, Job, JobState, JobView, Node
+from slurm_ext.core.hints import parse_hints
+from slurm_ext.core.model import Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import PolicyConfig, network_sensitive, place
 from slurm_ext.policy.placement import asks_fewest_nodes, consolidate_for
 from slurm_ext.policy.preemption import (
@@ -19,7 +19,7 @@ from slurm_ext.policy.preemption import (
     choose_victims,
     requeue_cost_gpu_s,
 )
-from slurm_ext.store_records import DecisionRecord, JobRecord
+from slurm_ext.store.rows import DecisionRecord, JobRecord
 
 
 def same_decision(

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from slurm_ext.store import StoreError
+from slurm_ext.store.db import StoreError
 
 
 class StoreLocked(StoreError):

@@ -8,11 +8,11 @@ starting with `## `:
     ## var NAME: TYPE = DEFAULT | one-line description
 
 Every `{{name}}` in the script must be declared by a `## var` line (or be the built-in
-`templates_dir`, the directory the templates live in). TYPE (slurm_ext.template_types:
+`templates_dir`, the directory the templates live in). TYPE (slurm_ext.templates.types:
 int, duration, memory, name, path, word, words, ...; `safe` if left out) says what a value
 may be and how it is written so that the shell reads it as data. Rendering checks and
 fills every placeholder, drops the header and checks the result; `check_script` validates any job script: the
-`#SBATCH` essentials, the suite's hints in `--comment` (slurm_ext.hints), unfilled
+`#SBATCH` essentials, the suite's hints in `--comment` (slurm_ext.core.hints), unfilled
 placeholders, with line numbers.
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
-from slurm_ext.hints import parse_hints
-from slurm_ext.template_types import DEFAULT_TYPE, TYPES, write_value
+from slurm_ext.core.hints import parse_hints
+from slurm_ext.templates.types import DEFAULT_TYPE, TYPES, write_value
 
 PLACEHOLDER_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 
 class JobState(str, Enum):
@@ -217,3 +218,14 @@ class Placement:
     nodes: tuple[str, ...]
     score: float
     detail: dict[str, float] = field(default_factory=dict)
+
+
+class Completed(NamedTuple):
+    """One completed job as the history keeps it: its kind and its GPU-time."""
+
+    gpus: int | None
+    gpu_s: float
+    user: str = ""
+    name: str = ""
+    account: str = ""
+    time_limit_s: float | None = None

@@ -1,6 +1,6 @@
 """The service's writes to Slurm: values, placement pins and requeues, with their tally.
 
-Split from the pass (`slurm_ext.service`) because it is the one place the service changes
+Split from the pass (`slurm_ext.service.loop`) because it is the one place the service changes
 Slurm: a write that Slurm refuses is logged and counted, and tried again next pass (the
 store records only what took); `SlurmUnavailable` is re-raised so that the pass stops
 writing instead of waiting for the same timeout once per job.
@@ -12,12 +12,12 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from slurm_ext.model import Job
+from slurm_ext.core.model import Job
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.hostlist import compress_hostlist
-from slurm_ext.store_records import DecisionRecord
+from slurm_ext.store.rows import DecisionRecord
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 
 
 class Tally(Protocol):

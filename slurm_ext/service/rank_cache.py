@@ -19,13 +19,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_ext.model import Decision, JobView
+from slurm_ext.core.model import Completed, Decision, JobView
 from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.gittins import GittinsTable
 from slurm_ext.policy.guard_budget import budgeted, held_among, view_deadline
-from slurm_ext.policy.kinds import Completed
 from slurm_ext.policy.ranking import Key, _key_and_change, decide
-from slurm_ext.store_records import copy_with
+from slurm_ext.store.rows import copy_with
 
 # a key is recomputed this long before the moment it may change: a float's rounding of
 # (now + after) must not let a pass keep a key just past that moment

@@ -1,6 +1,6 @@
 """The service's Prometheus metrics, and `serve_http` to start its one HTTP listener.
 
-One port serves `GET /metrics` and `POST /v1/reports` (slurm_ext/report_listener.py);
+One port serves `GET /metrics` and `POST /v1/reports` (slurm_ext/service/listener.py);
 reports must carry a valid HMAC signature of the body made with the shared secret.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from slurm_ext.model import Decision
-from slurm_ext.report_listener import JobNodes, ListenerLimits, ReportListener
-from slurm_ext.reports import JobReport
+from slurm_ext.core.model import Decision
+from slurm_ext.core.reports import JobReport
+from slurm_ext.service.listener import JobNodes, ListenerLimits, ReportListener
 
 
 class ServiceMetrics:
@@ -100,5 +100,5 @@ def serve_http(
 ) -> ReportListener:
     """Start the listener on its own thread; returns it (call .shutdown()).
     `job_nodes`: where Slurm ran each job, so a node cannot report for another's jobs.
-    `view`: the read-only user view (slurm_ext.userview_http.UserView), or None."""
+    `view`: the read-only user view (slurm_ext.userview.http.UserView), or None."""
     return ReportListener(host, port, metrics, secret, on_reports, job_nodes, limits, view=view)

@@ -13,15 +13,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from slurm_ext.model import Node
+from slurm_ext.core.model import Node
 from slurm_ext.slurm.client import SlurmError
 from slurm_ext.slurm.history import completion_rows
-from slurm_ext.store import WAL_LIMIT_BYTES
+from slurm_ext.store.db import WAL_LIMIT_BYTES
 
 if TYPE_CHECKING:
-    from slurm_ext.service import PassResult, Service
+    from slurm_ext.service.loop import PassResult, Service
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 # `_warn_inversions`: warn when more than this share of at least this many compared
 # pairs of adjacent pending jobs stand the other way round in Slurm's priority
 ORDER_WARN_SHARE = 0.05

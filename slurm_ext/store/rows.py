@@ -1,6 +1,6 @@
 """The rows the service keeps per job and per decision, as frozen records.
 
-`Store` reads and writes them; the service's fold (`slurm_ext.records`), the rank cache
+`Store` reads and writes them; the service's fold (`slurm_ext.service.fold`), the rank cache
 and the user view build new ones with `copy_with`, which a pass calls for nearly every
 job and so skips the dataclass __init__.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_ext.attained import Attained, Stint
+from slurm_ext.core.attained import Attained, Stint
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE completions ADD COLUMN account TEXT NOT NULL DEFAULT '';
     ALTER TABLE completions ADD COLUMN time_limit_s REAL;
     """,
-    # 4: a running stint is charged per GPU-count segment (slurm_ext.attained)
+    # 4: a running stint is charged per GPU-count segment (slurm_ext.core.attained)
     """
     ALTER TABLE jobs ADD COLUMN open_gpu_s REAL NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN seg_start REAL;

@@ -2,7 +2,7 @@
 
 A report is cumulative for one (node, job) since
 its `period_start`, and re-delivery repeats it, so per (node, job, period) only the
-report with the greatest `period_end` counts (`slurm_ext.reports.per_job`); a job's
+report with the greatest `period_end` counts (`slurm_ext.core.reports.per_job`); a job's
 figures are the sum of those over its nodes and a node's periods (an agent that lost its
 state starts a new period from zero).
 Users come from the caller (the service's job records); "" when unknown.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_ext.reports import JobReport, per_job
+from slurm_ext.core.reports import JobReport, per_job
 
 J_PER_KWH = 3.6e6
 

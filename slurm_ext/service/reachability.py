@@ -12,9 +12,9 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from slurm_ext.service import ServiceConfig
+    from slurm_ext.service.loop import ServiceConfig
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 

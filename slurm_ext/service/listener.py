@@ -1,5 +1,5 @@
 """The service's one HTTP listener: `GET /metrics`, signed `POST /v1/reports`, and the
-read-only user view (`GET /`, `/v1/queue`, `/v1/jobs/ID`: slurm_ext/userview_http.py).
+read-only user view (`GET /`, `/v1/queue`, `/v1/jobs/ID`: slurm_ext/userview/http.py).
 
 Anyone who can reach the port is hostile until the signature says otherwise, so every
 cost a client can cause is bounded before the body is read: one event-loop thread holds
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from slurm_ext.model import JobState
-from slurm_ext.reports import (
+from slurm_ext.core.model import JobState
+from slurm_ext.core.reports import (
     NODE_HEADER,
     REPORTS_PATH,
     SIGNATURE_HEADER,
@@ -38,7 +38,7 @@ from slurm_ext.reports import (
     verify,
 )
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 
 # job id -> the nodes Slurm ran it on, or None when Slurm no longer knows the job;
 # raises OSError (or SlurmError) when Slurm cannot be asked

@@ -19,8 +19,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from slurm_ext import tomlio
-from slurm_ext.policy.fields import choices, positive
+from slurm_ext.core import tomlio
+from slurm_ext.core.fields import choices, positive
 
 T = TypeVar("T")
 __all__ = ["ConfigError", "choices", "from_dict", "load_config", "positive"]

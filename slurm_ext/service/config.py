@@ -1,6 +1,6 @@
 """`service.toml` as dataclasses: what the service reads at start, checked there.
 
-Every key with its meaning is in etc/service.toml; `slurm_ext.config.load_config` turns
+Every key with its meaning is in etc/service.toml; `slurm_ext.core.config.load_config` turns
 a bad value into an error naming the file and the key.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_ext.config import choices, positive
-from slurm_ext.opportunistic_requeue import OpportunisticSection
+from slurm_ext.core.config import choices, positive
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.predict.from_store import PredictorServiceConfig
-from slurm_ext.site_factors import check_composition
+from slurm_ext.service.opportunistic_requeue import OpportunisticSection
+from slurm_ext.service.site_factors import check_composition
 
 
 @dataclass
@@ -42,7 +42,7 @@ class ServiceConfig:
     max_requeues_per_pass: int = 2
     listen: str = "127.0.0.1"
     port: int = 9788  # metrics, agent reports and the user view; 0 disables the listener
-    # the read-only user view on the listener (slurm_ext/userview_http.py): "full" shows
+    # the read-only user view on the listener (slurm_ext/userview/http.py): "full" shows
     # every job with its user (as squeue does), "anonymous" hides user names, "off" none
     user_view: str = choices("full", "anonymous", "off", default="full")
     report_secret_file: str | None = None
@@ -60,7 +60,7 @@ class ServiceConfig:
 
     @property
     def composes(self) -> bool:
-        """The service writes the composed SiteFactor (`slurm_ext.site_factors`): W x
+        """The service writes the composed SiteFactor (`slurm_ext.service.site_factors`): W x
         the index share, not rank-spaced values in [value_min, value_max]."""
         p = self.policy
         return self.mode == "site_factor" and p.policy == "gittins" and p.fairshare_site_weight > 0

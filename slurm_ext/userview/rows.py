@@ -1,7 +1,7 @@
 """Why is my job waiting? The queue as the service ranks it, one job's reasons, free GPUs.
 
 Plain functions shared by the local CLI (`slurm-ext queue/explain`, which read the store
-and Slurm on the controller), the listener's read-only view (slurm_ext/userview_http.py,
+and Slurm on the controller), the listener's read-only view (slurm_ext/userview/http.py,
 which reads the store only) and `--server URL` (which fetches that view): the row and
 explanation dictionaries have the same keys on every path, so the CLI prints both with
 one table (slurm_ext/cli/inspect.py). A value a path cannot know (the listener never
@@ -17,9 +17,9 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slurm_ext.model import JobState, Node
-from slurm_ext.sim.fragmentation import stranded_gpus
-from slurm_ext.store_records import DecisionRecord, JobRecord
+from slurm_ext.core.fragmentation import stranded_gpus
+from slurm_ext.core.model import JobState, Node
+from slurm_ext.store.rows import DecisionRecord, JobRecord
 
 MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
 

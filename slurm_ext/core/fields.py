@@ -1,7 +1,7 @@
 """Field declarations for configuration dataclasses: metadata only, no reading.
 
 The policy declares its knobs with these so that it needs no loader; the shells'
-TOML loader (`slurm_ext.config`) reads the metadata to refuse values a field does not
+TOML loader (`slurm_ext.core.config`) reads the metadata to refuse values a field does not
 allow. They live here, in the pure layer, because the policy's own config uses them.
 """
 

@@ -1,9 +1,9 @@
 """The priority service: snapshot Slurm, rank with the policy core, write back the diff.
 
 A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them into the
-store's attained-service records (`slurm_ext.records`; restart-safe: a stint's start
+store's attained-service records (`slurm_ext.service.fold`; restart-safe: a stint's start
 comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
-the simulator calls; `slurm_ext.rank_cache` redoes only what changed since the last
+the simulator calls; `slurm_ext.service.rank_cache` redoes only what changed since the last
 pass), turn the order into priority values with `writeback.assign_values`, and write
 only the jobs whose value, placement or run state must change.
 """
@@ -17,15 +17,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.collector import PassCollector
-from slurm_ext.model import Decision, Job, JobView, Node
-from slurm_ext.opportunistic_requeue import requeue_overdue
+from slurm_ext.core.model import Decision, Job, JobView, Node
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild
-from slurm_ext.rank_cache import RankCache
-from slurm_ext.records import TERMINAL, fold, persisted_fields
-from slurm_ext.service_config import ServiceConfig, SlurmSection
-from slurm_ext.service_steps import (
+from slurm_ext.service.collector import PassCollector
+from slurm_ext.service.config import ServiceConfig, SlurmSection
+from slurm_ext.service.fold import TERMINAL, fold, persisted_fields
+from slurm_ext.service.opportunistic_requeue import requeue_overdue
+from slurm_ext.service.rank_cache import RankCache
+from slurm_ext.service.site_factors import compose
+from slurm_ext.service.steps import (
     job_view,
     order_inversions,
     plan_placements,
@@ -34,15 +35,14 @@ from slurm_ext.service_steps import (
     waiting_inputs,
     with_kinds,
 )
-from slurm_ext.service_upkeep import Upkeep
-from slurm_ext.service_writes import SlurmWrites
-from slurm_ext.site_factors import compose
+from slurm_ext.service.upkeep import Upkeep
+from slurm_ext.service.writeback import assign_values, changed
+from slurm_ext.service.writes import SlurmWrites
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
-from slurm_ext.store import Store
-from slurm_ext.store_records import DecisionRecord, JobRecord
-from slurm_ext.writeback import assign_values, changed
+from slurm_ext.store.db import Store
+from slurm_ext.store.rows import DecisionRecord, JobRecord
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 # the config and the pure steps, importable from here as before
 __all__ = [
     "PassResult",
@@ -132,7 +132,7 @@ class Service(Upkeep):
     def run_pass(self, now: float | None = None) -> PassResult:
         """One pass: read Slurm, fold it into the records, rank, write what must change,
         remember the decisions. Each step below is one of these; the garbage collector
-        waits until the pass is done (`slurm_ext.collector`)."""
+        waits until the pass is done (`slurm_ext.service.collector`)."""
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
@@ -184,7 +184,7 @@ class Service(Upkeep):
         self, active: Sequence[Job], records: dict[int, JobRecord], now: float, gpus: int
     ) -> list[Decision]:
         """The policy's order of the managed active jobs: the simulator's `rank`, redoing
-        only what changed since the last pass (`slurm_ext.rank_cache`); `gpus`: the
+        only what changed since the last pass (`slurm_ext.service.rank_cache`); `gpus`: the
         cluster's, which the wait guard's budget is a share of."""
         history = self.store.history_kinds(self.config.policy.history_window)
         views = []

@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from html import escape
 
-from slurm_ext.durations import duration
-from slurm_ext.userview import FreeGpus
+from slurm_ext.core.durations import duration
+from slurm_ext.userview.rows import FreeGpus
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d1d1f;background:#fff}

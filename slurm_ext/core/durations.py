@@ -1,7 +1,7 @@
 """How every command and the user view print a length of time: `1h02m`, never raw seconds.
 
 Its own module so that the CLI (slurm_ext/cli/output.py) and the user view's page
-(slurm_ext/userview_page.py, no click) print durations alike.
+(slurm_ext/userview/page.py, no click) print durations alike.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 report, its JSON body, its signature and the shared secret file.
 
 Both ends import it from here (the agent sends with `nodeagent.report`, the service
-receives with `slurm_ext.report_listener`), so they agree by construction and
+receives with `slurm_ext.service.listener`), so they agree by construction and
 `slurm_ext` never imports `nodeagent`.
 
 Semantics: every report is cumulative for one job on one node, from `period_start` (when
@@ -62,7 +62,7 @@ class JobReport:
     period_end: float
     final: bool = False
     # when the agent froze this (opportunistic) job, its clock; None while it runs. The
-    # service requeues a job paused too long (slurm_ext/opportunistic_requeue.py).
+    # service requeues a job paused too long (slurm_ext/service/opportunistic_requeue.py).
     paused_since: float | None = None
 
 

@@ -4,7 +4,7 @@ One SQLite file in WAL mode so the CLI can read while the service writes. The sc
 is versioned (`PRAGMA user_version`) and migrated forward in order at open; a file from
 a newer release is refused rather than guessed at.
 
-Bounds: one service per store (slurm_ext.store_lock); the WAL is
+Bounds: one service per store (slurm_ext.store.lock); the WAL is
 folded back and truncated after every pass (`checkpoint`), so a reader that holds a read
 transaction grows it only while it holds it; readers (the CLI) read in short snapshots.
 """
@@ -21,11 +21,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from slurm_ext.model import Node
-from slurm_ext.policy.kinds import Completed
-from slurm_ext.reports import JobReport
-from slurm_ext.store_records import DecisionRecord, JobRecord
-from slurm_ext.store_schema import (
+from slurm_ext.core.model import Completed, Node
+from slurm_ext.core.reports import JobReport
+from slurm_ext.store.rows import DecisionRecord, JobRecord
+from slurm_ext.store.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     completion_gpus,

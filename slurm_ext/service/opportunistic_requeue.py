@@ -24,13 +24,13 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from slurm_ext.config import positive
-from slurm_ext.model import Job, JobState
+from slurm_ext.core.config import positive
+from slurm_ext.core.model import Job, JobState
+from slurm_ext.core.reports import JobReport
 from slurm_ext.policy import colocation as co
 from slurm_ext.policy.opportunistic import overdue
-from slurm_ext.reports import JobReport
 
-log = logging.getLogger("slurm_ext.service")
+log = logging.getLogger("slurm_ext.service.loop")
 
 
 @dataclass

@@ -2,7 +2,7 @@
 at the GPUs it held.
 
 One pure value (`Attained`) for every shell that accounts service: the service folds
-Slurm's snapshots into it (`slurm_ext.records`), its store persists it (`JobRecord`
+Slurm's snapshots into it (`slurm_ext.service.fold`), its store persists it (`JobRecord`
 columns), the simulator's jobs keep one (`SimJob.service`). A stint is split into
 segments at every change of its GPU count: the owner of a running job can shrink it
 (`scontrol update NumNodes=1`), and charging the whole stint at the new count would cut

@@ -1,0 +1,1 @@
+"""sbatch templates for DL jobs: loading, typed variables, rendering."""
