@@ -29,6 +29,7 @@ class ClusterShape(Protocol):
     share_partition: str
     extra_conf: str
 
+
 SLURM_CONF = """\
 ClusterName={cluster_name}
 SlurmctldHost=localhost
