@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from slurm_ext.core.attained import Attained
 from slurm_ext.core.model import Completed, JobView
-from slurm_ext.sim.backfill import Candidate
+from slurm_ext.sim.bfinputs import Candidate
 from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.traces import TraceJob
 
