@@ -63,8 +63,8 @@ class Watched(engine.Simulator):
             return
         pend = [j for j in self.jobs if j.finish is None and not j.running and j.submit <= now]
         lifted = sum(1 for j in pend if j.key and j.key[2] == -math.inf)
-        busy = sum(j.gpus for j in self.running_jobs)
-        kept = sum(j.gpus for j in self.running_jobs if j.key and j.key[2] == -math.inf)
+        busy = sum(j.gpus for j in self.state.running_jobs)
+        kept = sum(j.gpus for j in self.state.running_jobs if j.key and j.key[2] == -math.inf)
         self.samples.append((now, len(pend), lifted, busy, kept))
 
 

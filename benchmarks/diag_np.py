@@ -43,7 +43,7 @@ def run(trace, cfg: PolicyConfig, seed: int, guarded: dict[int, float] | None = 
 
     def watch(sim: Simulator, now: float) -> None:
         n = 0
-        for heap in sim.pending.values():
+        for heap in sim.keys.pending.values():
             for _, ver, _, job in heap:
                 if ver == job.key_ver and not job.running and job.key[2] == GUARDED:
                     n += 1

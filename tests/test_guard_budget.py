@@ -180,7 +180,7 @@ def _run_checked(budget: float, seed: int, scope: str = "cluster") -> tuple[int,
         sim_lifted = {j.id for j in sim.active() if not j.running and j.key[2] == GUARDED}
         assert service == sim_lifted, f"t={now}"
         if budget:  # the budget's own answer (without one it keeps none)
-            assert sim_lifted == sim.guard_lifts & pending, f"t={now}"
+            assert sim_lifted == sim.keys.budget.lifts & pending, f"t={now}"
         held += sum("held back" in d.reason for d in decisions)
         lifted += len(service)
 

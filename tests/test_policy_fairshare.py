@@ -106,10 +106,10 @@ def test_simulated_usage_is_the_gpu_time_run():
     cfg = PolicyConfig(policy="fairshare", fairshare_half_life_s=0)
     sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=8, preemptive=False))
     jobs = sim.run()
-    assert sim.ledger is not None
+    assert sim.keys.ledger is not None
     for user in {j.user for j in jobs}:
         ran = sum(j.gpus * (j.finish - j.start) for j in jobs if j.user == user)
-        assert sim.ledger.raw[user] == pytest.approx(ran, rel=1e-9)
+        assert sim.keys.ledger.raw[user] == pytest.approx(ran, rel=1e-9)
 
 
 def test_fairshare_lets_a_light_user_past_a_heavy_users_backlog():

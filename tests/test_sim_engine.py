@@ -82,7 +82,7 @@ def views_match_rank(policy, history=None, policy_kw=None, trace=None, **cluster
             assert got == want, f"t={now}"
             if (policy_kw or {}).get("gittins_classes") == "gpus":
                 # the sim's table is what rank() would build
-                fresh = build_table(list(sim.history), cfg)
+                fresh = build_table(list(sim.keys.history), cfg)
                 assert fresh.classes.keys() == sim.table.classes.keys()
                 assert len(fresh.classes) >= 3
         checked.append(now)
@@ -137,7 +137,7 @@ def test_kind_tables_are_used_in_the_simulator():
     assert all(
         h.gpu_s == pytest.approx(done_job.attained)
         for h, done_job in zip(
-            sim.history, sorted(done.values(), key=lambda j: j.finish), strict=False
+            sim.keys.history, sorted(done.values(), key=lambda j: j.finish), strict=False
         )
     )
 
@@ -316,15 +316,15 @@ def test_censored_table_is_what_rank_builds_from_the_active_jobs():
     trace = synth_jobs(150, 16, load=1.3, seed=11)
     cfg = PolicyConfig(queue_thresholds_gpu_s=[1800.0, 20000.0], min_run_s=120, **kw)
     sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=8, history_refresh=10))
-    refresh, checked = sim._refresh_table, []
+    refresh, checked = sim.keys.refresh_table, []
 
     def wrapped(now):
         views = sim.views(now)
-        want = build_table(list(sim.history), cfg, [(v.gpus, v.attained_gpu_s) for v in views])
+        want = build_table(list(sim.keys.history), cfg, [(v.gpus, v.attained_gpu_s) for v in views])
         refresh(now)
         assert sim.table == want
         checked.append(sum(v.attained_gpu_s > 0 for v in views))
 
-    sim._refresh_table = wrapped
+    sim.keys.refresh_table = wrapped
     sim.run()
     assert len(checked) > 5 and max(checked) > 0

@@ -300,9 +300,10 @@ def _first_live(heap: list[tuple], most: int, sort_max: int) -> list[tuple]:
     the next sort, a few pushes later, is near-linear). It is sorted by key alone, faster:
     live entries have distinct keys (the job id is the last field), so they keep the
     heap's order; a stale entry with its job's live key may come first, which leaves the
-    heap valid against every other entry, and `KeyedQueues.top` drops it when it comes up. A larger
-    heap (a backlog far beyond `bf_max_job_test`) has its first `most` popped and pushed
-    back; stale entries are dropped on the way, as `KeyedQueues.top` does."""
+    heap valid against every other entry, and `KeyedQueues.top` drops it when it comes
+    up. A larger heap (a backlog far beyond `bf_max_job_test`) has its first `most`
+    popped and pushed back; stale entries are dropped on the way, as `KeyedQueues.top`
+    does."""
     if len(heap) <= sort_max:
         heap.sort(key=_first)
         live = (
