@@ -41,7 +41,7 @@ from diag_gap import size_class, width_class  # noqa: E402
 from slurm_ext.sim.engine import Simulator  # noqa: E402
 from slurm_ext.sim.synth import GpuMix, synth_jobs  # noqa: E402
 from slurm_ext.sim.timelimits import fill_time_limits  # noqa: E402
-from slurm_ext.sim.users import SIGMA_WITHIN, synth_user_jobs  # noqa: E402
+from slurm_ext.sim.users import SIGMA_WITHIN, UserModel, synth_user_jobs  # noqa: E402
 
 H = 3600.0
 # width mixes other than synth.GPU_CHOICES (70 % 1-GPU, 2 % 16-GPU)
@@ -99,17 +99,13 @@ def trace(shape: Shape, seed: int):
     kw = {"gpu_choices": mix} if mix else {}
     if shape.model == "flat":
         return fill_time_limits(synth_jobs(shape.jobs, gpus, shape.load, seed, **kw), seed)
-    return synth_user_jobs(
-        shape.jobs,
-        gpus,
-        shape.load,
-        seed,
+    model = UserModel(
         users=shape.users,
         p_oneoff=shape.p_oneoff,
         sigma_within=shape.sigma_within,
         user_skew=shape.user_skew,
-        **kw,
     )
+    return synth_user_jobs(shape.jobs, gpus, shape.load, seed, model, **kw)
 
 
 def one(args: tuple) -> tuple[tuple, dict]:

@@ -107,7 +107,11 @@ class Measured(Simulator):
         self.idle_gpu_s += dt * self.last_idle
         self.last_t = now
         widest = max(
-            (b[0] for b, heap in self.keys.pending.items() if self.keys.top(heap, False) is not None),
+            (
+                b[0]
+                for b, heap in self.keys.pending.items()
+                if self.keys.top(heap, False) is not None
+            ),
             default=0,
         )
         if not widest:

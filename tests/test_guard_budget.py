@@ -27,7 +27,7 @@ from slurm_ext.policy.tables import build_table
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.users import UserModel, synth_user_jobs
 from slurm_ext.store.db import Store
 from slurm_ext.testing.replay import ReplayClient
 
@@ -162,7 +162,7 @@ def test_the_cache_ranks_as_the_policy_with_a_budget(scope):
 def _run_checked(budget: float, seed: int, scope: str = "cluster") -> tuple[int, int]:
     """A non-preemptive simulator run whose every pass is checked against the service's
     `rank` on the same views: the same order, and the same jobs lifted."""
-    trace = synth_user_jobs(400, 16, load=1.4, seed=seed, users=6)
+    trace = synth_user_jobs(400, 16, load=1.4, seed=seed, model=UserModel(users=6))
     cfg = PolicyConfig(
         gittins_kind_min_samples=2,
         wait_guard_factor=2.0,

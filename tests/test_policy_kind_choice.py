@@ -10,7 +10,7 @@ from slurm_ext.core.config import ConfigError, from_dict
 from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.sim.engine import SimConfig, Simulator
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.users import UserModel, synth_user_jobs
 
 CFG = PolicyConfig(
     policy="gittins",
@@ -81,7 +81,7 @@ def test_bad_choice_is_named():
 
 
 def test_simulator_reads_the_same_rule():
-    trace = synth_user_jobs(400, 16, load=1.2, seed=3, p_oneoff=0.9)
+    trace = synth_user_jobs(400, 16, load=1.2, seed=3, model=UserModel(p_oneoff=0.9))
     cl = SimConfig(nodes=2, gpus_per_node=8, preemptive=False, seed=3)
 
     def finishes(cfg):

@@ -250,9 +250,13 @@ class CheckedSharing(SharingSimulator):
         job_speed = self.agents.job_speeds(per_gpu)
         busy = [sum(self.profile[j.id].util * job_speed[j] for j in d) for d in per_gpu.values()]
         power = self.share.power
-        watts = sum(power.watts(b) for b in busy) + (len(self.shares.gpus) - len(busy)) * power.idle_w
+        watts = (
+            sum(power.watts(b) for b in busy) + (len(self.shares.gpus) - len(busy)) * power.idle_w
+        )
         assert self.meter.watts == pytest.approx(watts, rel=1e-12)
-        assert self.meter.busy == pytest.approx(sum(min(1.0, b) for b in busy), rel=1e-12, abs=1e-12)
+        assert self.meter.busy == pytest.approx(
+            sum(min(1.0, b) for b in busy), rel=1e-12, abs=1e-12
+        )
         held = sum(1 for g in self.shares.gpus.values() if g.guaranteed is not None or g.opp)
         assert self.meter.holding == held
         for job, tr in self.shares.track.items():
@@ -337,7 +341,8 @@ def test_requeued_job_kept_off_the_neighbour_that_paused_it():
         sim.run()
         runs[rule] = sim
     assert runs["any"].opp_requeues == 5 and runs["any"].placement.paused_by == {2: {1}}
-    assert runs["not_beside"].opp_requeues == 2 and runs["not_beside"].placement.paused_by == {2: {1, 3}}
+    not_beside = runs["not_beside"]
+    assert not_beside.opp_requeues == 2 and not_beside.placement.paused_by == {2: {1, 3}}
     assert runs["ends_first"].opp_requeues == 4
     for sim in runs.values():
         assert not sim.opp_jobs[0].timed_out and sim.opp_jobs[0].finish <= 1510.0

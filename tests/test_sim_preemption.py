@@ -149,7 +149,8 @@ def _snapshot(seed: int):
         for j in sim.jobs
     }
     nodes = [
-        Node(name=n, gpus=gpn, gpus_alloc=gpn - f, state="MIXED") for n, f in sim.cluster.idx.free.items()
+        Node(name=n, gpus=gpn, gpus_alloc=gpn - f, state="MIXED")
+        for n, f in sim.cluster.idx.free.items()
     ]
     return sim, cfg, placement, jobs, nodes, now
 
