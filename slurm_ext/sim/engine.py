@@ -31,8 +31,10 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import weakref
 from collections.abc import Callable, Iterable
 from heapq import heappop
+from typing import cast
 
 from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, spread_slowdown
@@ -45,7 +47,7 @@ from slurm_ext.sim.keys import KeyedQueues
 from slurm_ext.sim.preemption import Preemption
 from slurm_ext.sim.scheduler import BF_DUE, POLICY_DUE, SCHED_DUE, Scheduler
 from slurm_ext.sim.simjob import SCHEDULERS, SimConfig, SimJob
-from slurm_ext.sim.state import FINISH, INF, WAKE, SimState
+from slurm_ext.sim.state import FINISH, INF, WAKE, Engine, SimState
 from slurm_ext.sim.traces import TraceJob
 
 _POLICY_OR_SCHED = POLICY_DUE | SCHED_DUE
@@ -96,14 +98,16 @@ class Simulator:
     def _parts(
         self, every_job_preemptible: bool
     ) -> tuple[NodeClearing, KeyedQueues, Preemption, Scheduler]:
-        """The parts of this run, each over the shared state, calling back this engine."""
-        st = self.state
+        """The parts of this run, each over the shared state, calling back this engine
+        through a weak proxy: a run makes no reference cycle, so a finished one is freed
+        at once, with no garbage collection to walk it."""
+        st, engine = self.state, cast(Engine, weakref.proxy(self))
         clearing = NodeClearing(
-            st, self, all_may_go(every_job_preemptible, st), max_requeue_cost(self.jobs, self.cl)
+            st, engine, all_may_go(every_job_preemptible, st), max_requeue_cost(self.jobs, self.cl)
         )
-        keys = KeyedQueues(st, clearing, self, self.jobs, self.cl.history)
-        preemption = Preemption(st, keys, clearing, self)
-        return clearing, keys, preemption, Scheduler(st, keys, preemption, self)
+        keys = KeyedQueues(st, clearing, engine, self.jobs, self.cl.history)
+        preemption = Preemption(st, keys, clearing, engine)
+        return clearing, keys, preemption, Scheduler(st, keys, preemption, engine)
 
     @property
     def seq(self) -> int:
@@ -174,7 +178,10 @@ class Simulator:
                 _, kind, _, ver, job = heappop(events)
                 if kind > WAKE:
                     ticks |= sched.tick_popped(kind)
-                elif ver == job.key_ver and job.finish is None:
+                    # (an unconditional jump back: Python 3.11 specialises this function
+                    # only on those, and a `while` loop's own jump back is conditional)
+                    continue
+                if ver == job.key_ver and job.finish is None:  # WAKE
                     rekey(job, now, True)
                     # a running job whose key changed matters only if a pending job
                     # now outranks it (a preemption may follow): `outranked`, its cached
