@@ -85,11 +85,7 @@ def backfill_pass(
         return []
     bf.on_reserve = on_reserve
     bf.steps, bf.node_ends = steps, node_ends
-    for tested, c in enumerate(pending):
-        if tested >= params.max_job_test or bf.total <= 0:
-            break
-        bf.consider(c)
-    return bf.started
+    return bf.run(pending)
 
 
 class _Pass:
@@ -146,47 +142,46 @@ class _Pass:
             span = self.spans[c.limit_s] = round_up(c.limit_s, self.params.resolution_s)
         return span
 
-    def consider(self, c: Candidate) -> None:
-        """Start `c` now if it fits without delaying a reservation, else defer it."""
-        capacity = self.capacity
-        need = c.gpus if not c.consolidate else min(c.gpus, capacity)
-        if c.gpus > self.total or (c.consolidate and self.most < need):
-            self.deferred.append(c)  # cannot start now whatever the reservations
-            return
-        span = self.length(c)
-        shape = (c.gpus, c.consolidate, span, c.cpus_per_gpu)
-        cpus_now = self.cpus_now
-        cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
-        if shape in self.failed or choose_gpus(self.free_idx, c.gpus, c.consolidate, cpus) is None:
-            self.failed.add(shape)
-            self.deferred.append(c)
-            return
-        alloc = self.place(c, span, cpus)
-        if alloc is None:
-            self.failed.add(shape)
-            self.deferred.append(c)
-            return
-        self.start(c, alloc, span)
-
-    def place(self, c: Candidate, span: float, cpus: Cpus | None) -> Alloc | None:
-        """Where `c` starts now for `span` without touching a reservation of the jobs
-        before it; None if nowhere."""
-        if self.profile is None:
-            self.profile = self.new_profile()
-        room_now = self.room(span)
-        alloc = choose_gpus(room_now, c.gpus, c.consolidate, cpus)
-        # no room with the reservations made so far: none once the deferred ones are made
-        if alloc is not None and self.deferred:
-            after = self.plan_deferred(c, span, cpus, room_now)
-            if after is None:
-                alloc = None
-            elif after is not room_now:  # a reservation took some of its room
-                alloc = choose_gpus(after, c.gpus, c.consolidate, cpus)
-                room_now = after
-        cores_now = self.cores_now
-        if alloc is not None and cores_now is not None and fits_evenly(c.gpus, self.capacity):
-            alloc = cores_fit(room_now.free, c.gpus, self.capacity, cores_now)
-        return alloc
+    def run(self, pending: Iterable[Candidate]) -> list[tuple[int, Alloc]]:
+        """Walk `pending` in priority order: start each job that fits now, for its time
+        limit, without touching a reservation of the jobs before it; defer the others."""
+        capacity, max_job_test = self.capacity, self.params.max_job_test
+        cpus_now, cores_now = self.cpus_now, self.cores_now
+        deferred, failed, free_idx = self.deferred, self.failed, self.free_idx
+        for tested, c in enumerate(pending):
+            if tested >= max_job_test or self.total <= 0:
+                break
+            need = c.gpus if not c.consolidate else min(c.gpus, capacity)
+            if c.gpus > self.total or (c.consolidate and self.most < need):
+                deferred.append(c)  # cannot start now whatever the reservations
+                continue
+            span = self.length(c)
+            shape = (c.gpus, c.consolidate, span, c.cpus_per_gpu)
+            cpus = (cpus_now, c.cpus_per_gpu) if cpus_now is not None and c.cpus_per_gpu else None
+            if shape in failed or choose_gpus(free_idx, c.gpus, c.consolidate, cpus) is None:
+                failed.add(shape)
+                deferred.append(c)
+                continue
+            if self.profile is None:
+                self.profile = self.new_profile()
+            room_now = self.room(span)
+            alloc = choose_gpus(room_now, c.gpus, c.consolidate, cpus)
+            # no room with the reservations made so far: none once the deferred ones are
+            if alloc is not None and deferred:
+                after = self.plan_deferred(c, span, cpus, room_now)
+                if after is None:
+                    alloc = None
+                elif after is not room_now:  # a reservation took some of its room
+                    alloc = choose_gpus(after, c.gpus, c.consolidate, cpus)
+                    room_now = after
+            if alloc is not None and cores_now is not None and fits_evenly(c.gpus, capacity):
+                alloc = cores_fit(room_now.free, c.gpus, capacity, cores_now)
+            if alloc is None:
+                failed.add(shape)
+                deferred.append(c)
+                continue
+            self.start(c, alloc, span)
+        return self.started
 
     def new_profile(self) -> Profile:
         """The free GPUs per node over time, from the kept steps or the running jobs' ends."""
@@ -230,14 +225,26 @@ class _Pass:
         if no reservation changed it, else afresh (its node order breaks ties)."""
         profile, base, free_now = self.profile, self.base, self.free_now
         assert profile is not None
+        params, capacity, horizon = self.params, self.capacity, self.horizon
+        willrun, batch = params.willrun_window_s, params.willrun_batch_start
+        planned, on_reserve, deferred = self.planned, self.on_reserve, self.deferred
         end = base + span
         changed = False
-        deferred = self.deferred
         for i, d in enumerate(deferred):
-            reserved = self.reserve(d)
-            if reserved is None:
+            d_span = self.length(d)
+            s, alloc = profile.earliest(d, capacity, d_span, horizon)
+            if alloc and s > base and willrun:
+                s, alloc = coarse_start(
+                    profile, d, capacity, d_span, horizon, willrun, batch, s, alloc
+                )
+            if not alloc or s >= horizon:
                 continue
-            s, alloc = reserved
+            profile.reserve(
+                [(n, capacity) for n, _ in alloc] if params.whole_nodes else alloc, s, s + d_span
+            )
+            planned.update(n for n, _ in alloc)
+            if on_reserve is not None:
+                on_reserve(d.job_id, s)
             if s >= end or not any(free_now[n] for n, _ in alloc):
                 continue
             for n, _ in alloc:
@@ -250,28 +257,6 @@ class _Pass:
                 return None
         deferred.clear()
         return self.room(span) if changed else room_now
-
-    def reserve(self, d: Candidate) -> tuple[float, Alloc] | None:
-        """Reserve blocked job `d`'s earliest start in the window (or where cons_tres's
-        will-run test puts it); its start and GPUs, or None if none in the window."""
-        profile, params, capacity = self.profile, self.params, self.capacity
-        assert profile is not None
-        d_span = self.length(d)
-        s, alloc = profile.earliest(d, capacity, d_span, self.horizon)
-        if alloc and s > self.base and params.willrun_window_s > 0:
-            window, batch = params.willrun_window_s, params.willrun_batch_start
-            s, alloc = coarse_start(
-                profile, d, capacity, d_span, self.horizon, window, batch, s, alloc
-            )
-        if not alloc or s >= self.horizon:
-            return None
-        profile.reserve(
-            [(n, capacity) for n, _ in alloc] if params.whole_nodes else alloc, s, s + d_span
-        )
-        self.planned.update(n for n, _ in alloc)
-        if self.on_reserve is not None:
-            self.on_reserve(d.job_id, s)
-        return s, alloc
 
     def room(self, span: float) -> FreeIndex:
         """What each node can give now for `span` seconds (reservations so far)."""

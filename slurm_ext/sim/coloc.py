@@ -92,7 +92,8 @@ class SharingSimulator(Simulator):
             self.shares, share, self.profile, self.trace, self.coloc_history,
             self.cluster.node_names,
         )  # fmt: skip
-        self.meter = Meter(cluster.nodes * cluster.gpus_per_node * share.power.idle_w)
+        idle_w = cluster.nodes * cluster.gpus_per_node * share.power.idle_w
+        self.meter = Meter(idle_w, self.shares.track)
         self.job_speed: dict[SimJob, float] = {}  # each running job's speed (`_respeed`)
         self.shard_starts = 0  # opportunistic jobs started on shards (not whole GPUs)
         self.stretch: dict[int, list[float]] = {}  # job id -> [wall at base rate, work]
@@ -101,15 +102,12 @@ class SharingSimulator(Simulator):
         self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
 
     # ---- time --------------------------------------------------------------------------
-    def _advance(self, now: float) -> None:
-        self.meter.advance(now, self.shares.track.values())
-
     def _progress(self, job: SimJob, now: float) -> float:
         return work_at(self.shares.track[job], now)
 
     # ---- guaranteed jobs (engine hooks) ------------------------------------------------
     def _start(self, job: SimJob, alloc: Alloc, now: float) -> None:
-        self._advance(now)
+        self.meter.advance(now)
         super()._start(job, alloc, now)
         sh = self.shares
         keys: list[GpuKey] = []
@@ -132,7 +130,7 @@ class SharingSimulator(Simulator):
     def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
         if job in self.on_shards:
             return
-        self._advance(now)
+        self.meter.advance(now)
         done = min(job.duration, self._progress(job, now))
         self._leave(job, now)
         super()._stop(job, now, release)
@@ -140,7 +138,7 @@ class SharingSimulator(Simulator):
 
     def _complete(self, job: SimJob, now: float) -> None:
         if job in self.on_shards:
-            self._advance(now)
+            self.meter.advance(now)
             job.progress = min(job.duration, self._progress(job, now))
             self._leave(job, now)
             self.on_shards.discard(job)
@@ -181,7 +179,7 @@ class SharingSimulator(Simulator):
 
     def _settle(self, now: float) -> None:
         """After the engine started jobs: agents look, shards are filled, speeds follow."""
-        self._advance(now)
+        self.meter.advance(now)
         self.agents.look(self.meter.t_last)  # a new guaranteed job is sampled alone first
         self._place_opportunistic(now)
         self.agents.look(self.meter.t_last)
@@ -236,7 +234,7 @@ class SharingSimulator(Simulator):
         `scontrol requeue`. It leaves its shard, keeps the work up to its last checkpoint
         and queues again (for shards, and whole GPUs too with `whole_gpus`), its time
         limit starting afresh."""
-        self._advance(now)
+        self.meter.advance(now)
         done = min(job.duration, self._progress(job, now))
         ck = self.cl.checkpoint_interval_s
         sh = self.shares
@@ -337,8 +335,24 @@ class SharingSimulator(Simulator):
                     sp = d[j]
             job_speed[j] = 0.0 if j in paused else sp
         on_affected = self._repower(sorted(affected), per_gpu)
+        power, gpu_watts = self.share.power, self.meter.gpu_watts
         for job in sorted(on_affected, key=_job_id):
-            self._retime(job, now, per_gpu)
+            tr = sh.track.get(job)
+            if tr is None:
+                continue
+            s = job_speed.get(job, 0.0)
+            keys = placed.get(job, [])
+            tr.util = self.profile[job.id].util * s
+            tr.watts = sum(gpu_watts.get(k, power.idle_w) for k in keys) / max(1, len(keys))
+            tr.shared = s > 0 and any(len(per_gpu.get(k, ())) > 1 for k in keys)
+            base = 1.0 if job in self.on_shards else 1.0 / job.slowdown
+            rate = base * s
+            if rate == tr.rate and s == tr.speed:
+                continue
+            tr.p0 = self._progress(job, now)
+            tr.t0, tr.rate, tr.speed = now, rate, s
+            job.run_ver += 1
+            self._push_end(job, tr, now)
 
     def _repower(self, affected: list[GpuKey], per_gpu: Speeds) -> set[SimJob]:
         """The power and use of the `affected` GPUs (sorted: sums in the same order every
@@ -371,27 +385,11 @@ class SharingSimulator(Simulator):
         m.busy = sum(m.gpu_busy.values())
         return on_affected
 
-    def _retime(self, job: SimJob, now: float, per_gpu: Speeds) -> None:
-        """`job`'s rate, what its agent reads, and its stint's end, at its speed now."""
-        tr = self.shares.track.get(job)
-        if tr is None:
-            return
-        power, gpu_watts = self.share.power, self.meter.gpu_watts
-        s = self.job_speed.get(job, 0.0)
-        keys = self.shares.placed.get(job, [])
-        tr.util = self.profile[job.id].util * s
-        tr.watts = sum(gpu_watts.get(k, power.idle_w) for k in keys) / max(1, len(keys))
-        tr.shared = s > 0 and any(len(per_gpu.get(k, ())) > 1 for k in keys)
-        base = 1.0 if job in self.on_shards else 1.0 / job.slowdown
-        rate = base * s
-        if rate == tr.rate and s == tr.speed:
-            return
-        tr.p0 = self._progress(job, now)
-        tr.t0, tr.rate, tr.speed = now, rate, s
-        job.run_ver += 1
+    def _push_end(self, job: SimJob, tr: Track, now: float) -> None:
+        """File the end of `job`'s stint at its rate now (`tr`), or at its time limit."""
         end = INF
-        if rate > 0:
-            end = max(now, tr.from_t) + max(0.0, job.duration - tr.p0) / rate
+        if tr.rate > 0:
+            end = max(now, tr.from_t) + max(0.0, job.duration - tr.p0) / tr.rate
         # Slurm ends a stint at its time limit however slow (or paused) it ran
         kill = job.start + job.limit if self.slurm and job.limit is not None else INF
         job.killed = kill < end

@@ -4,7 +4,7 @@ sim/coloc_agents.py, sim/coloc_place.py), and what they draw over time (`Meter`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_ext.sim.coloc_model import Gpu, GpuKey, Track
@@ -50,9 +50,11 @@ class GpuShares:
 
 @dataclass(eq=False)
 class Meter:
-    """The GPUs' power now and its integrals since the run began."""
+    """The GPUs' power now and its integrals since the run began, and what each running
+    job's agent would have measured (`Track.sums`)."""
 
     watts: float  # all GPUs' power now (idle ones at idle power)
+    tracks: Mapping[SimJob, Track]  # the running jobs' (`GpuShares.track`)
     t_last: float = 0.0  # the integrals run to here
     energy_j: float = 0.0
     held_energy_j: float = 0.0  # GPUs that hold a job only (idle ones as if powered off)
@@ -65,16 +67,15 @@ class Meter:
     gpu_busy: dict[GpuKey, float] = field(default_factory=dict)
     held_gpus: set[GpuKey] = field(default_factory=set)
 
-    def advance(self, now: float, tracks: Iterable[Track]) -> None:
-        """Integrate up to `now`: the GPUs' power and use, and what each running job's
-        agent would have measured (`Track.sums`)."""
+    def advance(self, now: float) -> None:
+        """Integrate up to `now`."""
         dt = now - self.t_last
         if dt > 0:
             self.energy_j += self.watts * dt
             self.held_energy_j += self.held_watts * dt
             self.busy_gpu_s += self.busy * dt
             self.held_gpu_s += self.holding * dt
-            for tr in tracks:
+            for tr in self.tracks.values():
                 s = tr.sums
                 base = 3 if tr.shared else 0
                 s[base] += dt

@@ -45,12 +45,11 @@ from slurm_ext.sim.clearing import NodeClearing, all_may_go, max_requeue_cost
 from slurm_ext.sim.cluster import Alloc, ClusterState, sim_jobs
 from slurm_ext.sim.keys import KeyedQueues
 from slurm_ext.sim.preemption import Preemption
-from slurm_ext.sim.scheduler import BF_DUE, POLICY_DUE, SCHED_DUE, Scheduler
+from slurm_ext.sim.scheduler import Scheduler
 from slurm_ext.sim.simjob import SCHEDULERS, SimConfig, SimJob
-from slurm_ext.sim.state import FINISH, INF, WAKE, Engine, SimState
+from slurm_ext.sim.state import BF_TICK, FINISH, INF, POLICY_TICK, WAKE, Engine, SimState
 from slurm_ext.sim.traces import TraceJob
 
-_POLICY_OR_SCHED = POLICY_DUE | SCHED_DUE
 # the event heap is purged of stale entries when it outgrows max(this, twice its live size)
 EVENTS_MIN = 4096
 
@@ -141,14 +140,12 @@ class Simulator:
     def _run(self) -> list[SimJob]:
         st, keys, sched = self.state, self.keys, self.scheduler
         events, arrivals = st.events, self.arrivals
-        n = len(self.jobs)
-        ai = 0
+        n, ai, passes = len(self.jobs), 0, 0
         next_arrival = arrivals[0].submit if arrivals else INF
         rekey = self._rekey
         preemptive, dynamic = self.cl.preemptive, keys.dynamic
         every = self.cl.pass_interval_s  # the policy acts at its multiples (0: every event)
         tick = self.cl.sched_tick_s  # Slurm's main scheduler waits for it (0: runs at events)
-        passes = 0
         # a stale event alone at its time makes an empty iteration, except for the
         # continuous keys' pass (`dynamic`): only then must stale events stay
         purge = not dynamic
@@ -171,21 +168,25 @@ class Simulator:
                 ai += 1
                 next_arrival = arrivals[ai].submit if ai < n else INF
                 st.n_pending += 1
-                self._rekey(job, now)
+                rekey(job, now)
                 need_pass = True
-            ticks = 0  # the ticks due now (`Scheduler.tick_popped`)
+            policy_tick = bf_tick = sched_tick = False
             while events and events[0][0] == now:
                 _, kind, _, ver, job = heappop(events)
-                if kind > WAKE:
-                    ticks |= sched.tick_popped(kind)
+                if kind > WAKE:  # a tick the scheduler armed: no longer pending
+                    if kind == POLICY_TICK:
+                        policy_tick, sched.policy_due = True, None
+                    elif kind == BF_TICK:
+                        bf_tick, sched.bf_due = True, None
+                    else:  # SCHED_TICK: a pass if one was asked for since the last
+                        sched_tick, sched.sched_due = sched.sched_wanted, None
                     # (an unconditional jump back: Python 3.11 specialises this function
                     # only on those, and a `while` loop's own jump back is conditional)
                     continue
                 if ver == job.key_ver and job.finish is None:  # WAKE
                     rekey(job, now, True)
-                    # a running job whose key changed matters only if a pending job
-                    # now outranks it (a preemption may follow): `outranked`, its cached
-                    # answer inline
+                    # a running job's new key matters only if a pending job now outranks
+                    # it (a preemption may follow): `outranked`, its cached answer inline
                     if need_pass:
                         pass
                     elif not job.running:
@@ -195,16 +196,16 @@ class Simulator:
                             need_pass = keys.best_pending < job.key
                         else:
                             need_pass = keys.outranked(job.key)
-            if tick and need_pass and not (ended or ticks & _POLICY_OR_SCHED):
+            if tick and need_pass and not (ended or policy_tick or sched_tick):
                 need_pass = sched.defer_pass(now)  # to the main scheduler's next tick
-            if need_pass or ticks & _POLICY_OR_SCHED or dynamic:
-                self._pass(now, not every or bool(ticks & POLICY_DUE))
+            if need_pass or sched_tick or dynamic or policy_tick:
+                self._pass(now, not every or policy_tick)
                 sched.sched_wanted = False
                 if self.on_pass is not None:
                     self.on_pass(self, now)
             if self.slurm:
                 sched.bf_changed |= need_pass
-                if ticks & BF_DUE:
+                if bf_tick:
                     self._backfill(now)
                 sched.arm_ticks(now)
             elif every and st.n_pending and sched.policy_due is None and preemptive:

@@ -46,8 +46,6 @@ from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.state import BF_TICK, POLICY_TICK, SCHED_TICK, Engine, SimState
 
 INF = math.inf
-# which passes the ticks popped at one time call for (`Scheduler.tick_popped`)
-POLICY_DUE, BF_DUE, SCHED_DUE = 1, 2, 4
 # a pass sorts bucket heaps of up to this many entries per `bf_max_job_test` (`_first_live`)
 SORT_PER_JOB_TEST = 4
 _first = itemgetter(0)
@@ -69,8 +67,10 @@ class Scheduler:
         self, state: SimState, keys: KeyedQueues, preemption: Preemption, engine: Engine
     ) -> None:
         self.st, self.cl, self.cluster = state, state.cl, state.cluster
+        self.idx, self.on_node = state.cluster.idx, state.cluster.on_node  # read most
         self.keys, self.preemption, self.engine = keys, preemption, engine
         self.clearing = preemption.clearing
+        # the pending ticks (the engine clears each when it pops it)
         self.bf_due: float | None = None  # the pending backfill tick
         self.bf_changed = False  # something a backfill pass reads changed since the last
         self.policy_due: float | None = None  # the pending policy tick
@@ -94,7 +94,7 @@ class Scheduler:
         blocked: set[Bucket] = set()
         can_preempt = cl.preemptive and policy_acts
         greedy = cl.scheduler == "greedy"
-        idx = self.cluster.idx
+        idx = self.idx
         budget = keys.budget
         while True:
             if budget is not None and budget.dirty:  # the budget's lifts, before each choice
@@ -141,8 +141,8 @@ class Scheduler:
 
     def free_cores(self) -> dict[str, int]:
         """Each node's free cores for `fit_cores`: one per job running there."""
-        on_node = self.cluster.on_node
-        return {n: self.cl.fit_cores - len(on_node[n]) for n in self.cluster.idx.free}
+        on_node = self.on_node
+        return {n: self.cl.fit_cores - len(on_node[n]) for n in self.idx.free}
 
     # ---- ticks ------------------------------------------------------------------------
     def arm_ticks(self, now: float) -> None:
@@ -164,18 +164,6 @@ class Scheduler:
             self.st.push_event(self.sched_due, SCHED_TICK, None, 0)
         return False
 
-    def tick_popped(self, kind: int) -> int:
-        """A tick of this kind came up: the pass it calls for (`POLICY_DUE`, `BF_DUE`,
-        `SCHED_DUE`, or 0: a main scheduler's tick with no pass asked for since the last)."""
-        if kind == POLICY_TICK:
-            self.policy_due = None
-            return POLICY_DUE
-        if kind == BF_TICK:
-            self.bf_due = None
-            return BF_DUE
-        self.sched_due = None  # SCHED_TICK
-        return SCHED_DUE if self.sched_wanted else 0
-
     def arm_policy_tick(self, now: float) -> None:
         self.policy_due = next_multiple(now, self.cl.pass_interval_s)
         self.st.push_event(self.policy_due, POLICY_TICK, None, 0)
@@ -183,12 +171,14 @@ class Scheduler:
     # ---- the backfill pass ------------------------------------------------------------
     def nodes_changed(self, alloc: Alloc) -> None:
         """A job started or stopped on `alloc`'s nodes: their backfill steps are stale."""
-        self.steps_stale.update(n for n, _ in alloc)
+        stale = self.steps_stale
+        for n, _ in alloc:
+            stale.add(n)
 
     def backfill(self, now: float) -> None:
         """One sched/backfill pass: start the jobs it backfills."""
         self.bf_changed = False
-        idx = self.cluster.idx
+        idx = self.idx
         if idx.total_free <= 0 or not self.st.n_pending:
             return
         if not self.any_fits_now():
@@ -221,7 +211,7 @@ class Scheduler:
         """Whether a job of this bucket could fit the free GPUs now, by GPU count alone.
         Starts only take GPUs, so a bucket that cannot fit at the start of a pass cannot
         fit later in it."""
-        idx = self.cluster.idx
+        idx = self.idx
         gpus, consolidate, _ = bucket
         if gpus > idx.total_free:
             return False
@@ -241,14 +231,14 @@ class Scheduler:
         """(when its time limit runs out, GPUs) of each job running on `node`."""
         return [
             (j.start + j.limit if j.limit is not None else INF, g)
-            for j, g in self.cluster.on_node[node].items()
+            for j, g in self.on_node[node].items()
         ]
 
     def node_steps(self) -> dict[str, NodeSteps]:
         """Each node's `NodeSteps` (limit ends rounded up to `bf_resolution`), in node
         order, rebuilt only for nodes where a job started or stopped since (`steps_stale`,
         or free GPUs that no longer match)."""
-        steps, free, stale = self.steps, self.cluster.idx.free, self.steps_stale
+        steps, free, stale = self.steps, self.idx.free, self.steps_stale
         if not steps:
             redo: Iterable[str] = list(free)  # the first pass: every node, in node order
         else:
