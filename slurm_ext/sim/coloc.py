@@ -58,6 +58,8 @@ def _job_id(job: SimJob) -> int:
 
 
 class SharingSimulator(Simulator):
+    """The engine with opportunistic jobs on GPU shards beside it (module docstring)."""
+
     def __init__(
         self,
         trace: Sequence[TraceJob],
