@@ -121,6 +121,14 @@ def test_oversized_body_refused_before_reading(listener):
         ("job_id", str(2**63)),
         ("job_id", "0"),
         ("gpu_mem_peak_bytes", str(2**70)),
+        # finite, but more than one job on one node can reach: two such reports made
+        # `energy` print "infh GPU-time"
+        ("gpu_seconds", "1e308"),
+        ("gpu_energy_j", "1e300"),
+        ("cpu_energy_j", "1e300"),
+        ("cpu_cores_used", "1e9"),
+        ("samples", str(10**15)),
+        ("gpu_mem_peak_bytes", str(2**50)),
     ],
 )
 def test_non_finite_and_out_of_range_values_are_400_not_stored(listener, field, value):
