@@ -83,7 +83,7 @@ def _user_placed(job: Job, stored: DecisionRecord | None) -> bool:
     return bool(job.required_nodes or job.excluded_nodes) and not ours
 
 
-class Service(Upkeep):
+class Service:
     def __init__(
         self,
         config: ServiceConfig,
@@ -101,17 +101,17 @@ class Service(Upkeep):
         self._stop = threading.Event()
         self.failures = 0
         # in-memory copies of the store's tables; the store is written only where they change
-        self._next_sacct = 0.0
         self._promoted: set[int] = set()  # waiting jobs the last pass promoted
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
         self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
-        self._warned_at: dict[str, float] = {}  # `_hourly`: when each warning was last logged
-        self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
         self._order: list[int] | None = None  # the decision order the store holds
         self._ranker = RankCache()  # `policy.rank`, pass after pass
         self._collector = PassCollector()
         self._sites: dict[int, int] = {}  # composed: each active job's site factor
+        self.upkeep = Upkeep(
+            config.history_source, config.sacct_days, config.sacct_refresh_s, config.value_max
+        )
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -137,7 +137,7 @@ class Service(Upkeep):
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
         with self._collector.during():
-            self._import_history(now)
+            self.upkeep.import_history(self.client, self.store, now)
             jobs = self.client.jobs(states=ACTIVE + TERMINAL)
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
@@ -155,7 +155,7 @@ class Service(Upkeep):
             if not self.config.composes:  # composed, Slurm's priority is the order
                 res.inversions = order_inversions(decisions, by_id, res.planned)
             self._remember(decisions, by_id, stored, values, placed, now)
-            self._save_nodes(nodes)
+            self.upkeep.save_nodes(self.store, nodes)
         self._finish(res, t0)
         return res
 
@@ -329,8 +329,8 @@ class Service(Upkeep):
         self.store.record_pass(
             res.started_at, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
-        self._checkpoint()
-        self._warn_inversions(res)
+        self.upkeep.checkpoint(self.store)
+        self.upkeep.warn_inversions(res.inversions)
         if self.metrics is not None:
             self.metrics.observe_pass(res, res.decisions)
         log.info(
