@@ -1,5 +1,6 @@
 """Live co-location: a replay with opportunistic jobs on gres/shard and a node agent per
-node, against Slurm alone on the same cluster (issue 18, item 4).
+node, against Slurm alone on the same cluster, to check that the live modes order as
+the simulator's do (benchmarks/bench_coloc_live.py).
 
 The cluster (`LocalCluster(shards_per_gpu=S)`) gives each GPU S - 1 shards on a second
 device file (Slurm never lets a gres/shard job onto a GPU a gres/gpu job holds, so GPU i
