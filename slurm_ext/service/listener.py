@@ -95,7 +95,7 @@ class ReportListener:
         wall: Callable[[], float] = time.time,
         view=None,
     ) -> None:
-        """`view`: the user view (userview_http.UserView), or None for no view."""
+        """`view`: the user view (slurm_ext.userview.http.UserView), or None for no view."""
         self.metrics = metrics
         self.secret = secret
         self.on_reports = on_reports

@@ -4,8 +4,8 @@ A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them 
 store's attained-service records (`slurm_ext.service.fold`; restart-safe: a stint's start
 comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
 the simulator calls; `slurm_ext.service.rank_cache` redoes only what changed since the last
-pass), turn the order into priority values with `writeback.assign_values`, and write
-only the jobs whose value, placement or run state must change.
+pass), turn the order into priority values with `priority_values.assign_values`, and
+write only the jobs whose value, placement or run state must change.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, replace
 from slurm_ext.core.model import Decision, Job, JobView, Node
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild
-from slurm_ext.service.collector import PassCollector
 from slurm_ext.service.config import ServiceConfig, SlurmSection
 from slurm_ext.service.fold import TERMINAL, fold, persisted_fields
+from slurm_ext.service.gc_pause import PassCollector
 from slurm_ext.service.opportunistic_requeue import requeue_overdue
+from slurm_ext.service.priority_values import assign_values, changed
 from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.service.site_factors import compose
 from slurm_ext.service.steps import (
@@ -36,7 +37,6 @@ from slurm_ext.service.steps import (
     with_kinds,
 )
 from slurm_ext.service.upkeep import Upkeep
-from slurm_ext.service.writeback import assign_values, changed
 from slurm_ext.service.writes import SlurmWrites
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.store.db import Store
@@ -132,7 +132,7 @@ class Service:
     def run_pass(self, now: float | None = None) -> PassResult:
         """One pass: read Slurm, fold it into the records, rank, write what must change,
         remember the decisions. Each step below is one of these; the garbage collector
-        waits until the pass is done (`slurm_ext.service.collector`)."""
+        waits until the pass is done (`slurm_ext.service.gc_pause`)."""
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
