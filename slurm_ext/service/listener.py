@@ -171,14 +171,16 @@ class ReportListener:
             self._refuse("timeout")
             return Outcome(408, b"incomplete request head\n")
         except h11.RemoteProtocolError as exc:  # malformed, too large, or no Host
-            self._refuse("headers")
-            return Outcome(exc.error_status_hint, f"bad request head: {exc}\n".encode())
+            self._refuse("headers")  # (h11's message may quote the client: not sent back)
+            too_large = exc.error_status_hint == 431
+            text = b"request head too large\n" if too_large else b"malformed request head\n"
+            return Outcome(exc.error_status_hint, text)
         if request is None:  # closed before the head was complete
             self._refuse("headers")
             return None
         if not request.http_version.startswith(b"1."):  # h11 takes any x.y
             self._refuse("headers")
-            return Outcome(400, b"bad request head: HTTP/1.x only\n")
+            return Outcome(400, b"malformed request head: HTTP/1.x only\n")
         method = request.method.decode("ascii")
         path = request.target.decode("ascii").split("?")[0]
         if method == "GET" and path == "/metrics":
