@@ -30,7 +30,7 @@ from nodeagent.replay import ReplayAgents
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy import colocation as co
 from slurm_ext.replay.plan import auto_speedup, plan
-from slurm_ext.replay.sharing import replay_coloc, sim_trace
+from slurm_ext.replay.sharing import SharedCluster, replay_coloc, sim_trace
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_model import profile_of
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
@@ -68,8 +68,9 @@ def main() -> None:
     live = {}
     for mode in ("alone", "shared"):
         t0 = time.monotonic()
+        shape = SharedCluster(NODES, GPUS)
         live[mode] = replay_coloc(
-            jobs, mode, root / mode, speedup, NODES, GPUS, profiles, ReplayAgents(), seed=a.seed
+            jobs, mode, root / mode, speedup, shape, profiles, ReplayAgents(), seed=a.seed
         )
         live[mode]["wall_s"] = time.monotonic() - t0
     n_opp = sum(j.opportunistic for j in jobs)

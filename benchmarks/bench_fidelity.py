@@ -85,7 +85,7 @@ from fidelity_tables import Cell, print_runs, print_summary
 
 from slurm_ext.policy import PolicyConfig, network_sensitive
 from slurm_ext.policy.placement import consolidate_for
-from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode
 from slurm_ext.replay.plan import auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
 from slurm_ext.replay.service import service_interval_s, with_checkpoints, with_requeue_hold
@@ -277,10 +277,10 @@ def live_row(
         if not saved.exists():
             raise SystemExit(f"--live-from: no {saved}")
         return json.loads(saved.read_text())
+    options = ReplayOptions(speedup, args.checkpoint_interval, args.preemptible_fraction, args.seed)
     row = replay_mode(
-        trace, mode, live / name / mode, speedup, args.checkpoint_interval,
-        args.preemptible_fraction, args.seed, args.nodes, args.gpus_per_node,
-    )  # fmt: skip
+        trace, mode, live / name / mode, options, ClusterSpec(args.nodes, args.gpus_per_node)
+    )
     (live / name / mode / "row.json").write_text(json.dumps(row, indent=1))
     return row
 

@@ -35,7 +35,7 @@ from fidelity_ctld import LOG
 
 from slurm_ext.core.fragmentation import JobRuns, summarize
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode
 from slurm_ext.replay.placement import load_allocations
 from slurm_ext.replay.plan import plan
 from slurm_ext.replay.run import Interrupted
@@ -179,10 +179,12 @@ def main() -> int:
     for label, (mode, hints) in RUNS.items():
         if args.workdir:
             try:
+                options = ReplayOptions(
+                    args.speedup, 1800.0, 0.0, args.seed, placement=args.hints if hints else None
+                )
                 replay_mode(
-                    trace, mode, root / label, args.speedup, 1800.0, 0.0, args.seed,
-                    args.nodes, args.gpus_per_node, placement=args.hints if hints else None,
-                )  # fmt: skip
+                    trace, mode, root / label, options, ClusterSpec(args.nodes, args.gpus_per_node)
+                )
             except Interrupted:
                 print("interrupted: the replay cancelled its jobs, stopped its daemons")
                 return 130

@@ -31,9 +31,9 @@ from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.service.fold import fold_jobs
 from slurm_ext.service.loop import Service, ServiceConfig, job_view
-from slurm_ext.service.writeback import assign_values, changed
+from slurm_ext.service.priority_values import assign_values, changed
 from slurm_ext.store.db import Store
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 
 def snapshot(pending: int, running: int, seed: int = 1) -> tuple[list[Job], list[Node], float]:

@@ -34,7 +34,7 @@ from bench_service import snapshot  # noqa: E402
 from slurm_ext.service.loop import Service, ServiceConfig  # noqa: E402
 from slurm_ext.service.metrics import ServiceMetrics, serve_http  # noqa: E402
 from slurm_ext.store.db import Store  # noqa: E402
-from slurm_ext.testing.replay import ReplayClient  # noqa: E402
+from slurm_ext.testing.snapshot_client import ReplayClient  # noqa: E402
 from slurm_ext.userview.http import UserView  # noqa: E402
 
 IDLE, NOT_FOUND, VIEW, STOP = 0, 1, 2, 3

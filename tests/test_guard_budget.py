@@ -29,7 +29,7 @@ from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.users import synth_user_jobs
 from slurm_ext.store.db import Store
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 # completed GPU-seconds 1,000 .. 40,000: expected whole-job GPU-time 20,500 s
 HISTORY = [1000.0 * (i + 1) for i in range(40)]

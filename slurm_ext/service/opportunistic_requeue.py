@@ -1,5 +1,5 @@
-"""The service's half of the opportunistic requeue rule (issue 18): requeue a job that
-node agents have kept paused longer than `max_pause_s`.
+"""The service's half of the opportunistic requeue rule: requeue a job that node agents
+have kept paused longer than `max_pause_s`.
 
 An agent freezes an opportunistic job when the guaranteed job beside it on a GPU slows
 (AntMan-style). slurmctld does not see the freeze, so the job's time limit runs on and,
