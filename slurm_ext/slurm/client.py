@@ -44,6 +44,11 @@ class SlurmClient(Protocol):
 
     def nodes(self) -> list[Node]: ...
 
+    def private_data(self) -> frozenset[str]:
+        """slurm.conf's PrivateData as the running slurmctld has it ("jobs", "users",
+        ...; empty for none): what Slurm hides from users about others."""
+        ...
+
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         """GPU jobs that ran and ended since `since` (unix s), from Slurm's accounting;
         SlurmError (with Slurm's words) where there is none."""
@@ -84,6 +89,12 @@ class SlurmClient(Protocol):
     def resume(self, job_id: int) -> None: ...
 
     def requeue(self, job_id: int) -> None: ...
+
+
+def parse_private_data(value: str) -> frozenset[str]:
+    """`PrivateData` as Slurm prints it ("jobs,usage,users", "none", "") as a set."""
+    items = {v.strip().lower() for v in value.split(",")}
+    return frozenset(items - {"", "none", "(null)"})
 
 
 def map_records(
