@@ -5,7 +5,7 @@ Anyone who can reach the port is hostile until the signature says otherwise, so 
 cost a client can cause is bounded before the body is read: one event-loop thread holds
 all connections (a stalled client costs a socket and a small buffer, not a thread), at
 most `max_connections` are open at once and at most `max_per_client` from one client
-address (an IPv6 /64) (more get 503 and are closed), the last `report_reserve` of
+address (an IPv6 /64) (more get 503 and are closed), the last `report_share` of
 those connections are kept for report posts (a connection accepted into them must
 send, within `reserve_header_timeout_s`, a head with a report's shape: POST to the
 reports path, a node name and a signature of the right form; else 503), the request line
@@ -63,7 +63,7 @@ class ListenerLimits:
 
     max_connections: int = 128
     max_per_client: int = 16  # open connections one client address (an IPv6 /64) may hold
-    report_reserve: int = 32  # of max_connections, kept for heads with a report's shape
+    report_share: float = 0.25  # of max_connections, kept for heads with a report's shape
     reserve_header_timeout_s: float = 2.0  # an agent sends its head at once
     max_header_bytes: int = 16 * 1024
     header_timeout_s: float = 10.0
@@ -162,7 +162,7 @@ class ReportListener:
             await self._send(writer, Outcome(503, b"too many connections, retry later\n"))
             return
         # past the general share: this connection may only carry a report
-        reserved = self.open_connections >= lim.max_connections - lim.report_reserve
+        reserved = self.open_connections >= lim.max_connections * (1.0 - lim.report_share)
         self.open_connections += 1
         self._per_client[client] = held + 1
         try:

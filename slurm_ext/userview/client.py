@@ -115,8 +115,9 @@ def fetch(server: str, path: str, deadline_s: float, max_bytes: int) -> tuple[st
     timer: threading.Timer | None = None
     try:
         raw = socket.create_connection((host, port), timeout=deadline_s)
-        # the deadline holds even inside a TLS handshake: the socket is shut at it
-        timer = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (raw,))
+        # every read waits at most until the deadline; the socket is shut just after
+        # it, so that the deadline holds inside a TLS handshake too
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()) + 0.2, _shut, (raw,))
         timer.daemon = True
         timer.start()
         sock = raw
@@ -171,7 +172,12 @@ def _exchange(
             if left <= 0:
                 raise TimeoutError("deadline")
             sock.settimeout(left)
-            conn.receive_data(sock.recv(65536))
+            data = sock.recv(65536)
+            if not data and time.monotonic() >= deadline:
+                raise TimeoutError("deadline")  # shut by the timer
+            if not data and not status:
+                raise ViewError(f"{full}: the server closed the connection without an answer")
+            conn.receive_data(data)
         elif isinstance(event, h11.Response):
             status = event.status_code
             _check_length(dict(event.headers), max_bytes, full)
@@ -179,8 +185,6 @@ def _exchange(
             body += event.data
             if len(body) > max_bytes:  # h11 holds the server to its Content-Length
                 raise ViewError(f"{full}: answer longer than its Content-Length")
-        elif isinstance(event, h11.ConnectionClosed):
-            raise ViewError(f"{full}: the server closed the connection without an answer")
     return status, bytes(body)
 
 
