@@ -37,8 +37,6 @@ from slurm_ext.core.model import JobState
 from slurm_ext.policy import fragmentation
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.slurm import SlurmError
-from slurm_ext.userview import client as view_client
-from slurm_ext.userview.client import ViewError, ViewNotFound
 from slurm_ext.userview.privacy import anonymous, view_mode
 from slurm_ext.userview.rows import (
     explain_info,
@@ -76,15 +74,19 @@ server_option = click.option(
 )
 
 
-def _from_server(fetch, *args) -> dict:
-    """`fetch(*args, deadline_s=...)` (view_client.fetch_queue or fetch_job), or one
-    error line and exit 1 for a 404 (whether the job is unknown or the view is off),
+def _from_server(server: str, job_id: int | None = None) -> dict:
+    """The checked queue (job_id None) or job from the view at `server`, or one error
+    line and exit 1 for a 404 (whether the job is unknown or the view is off),
     EXIT_SERVER for anything else."""
+    from slurm_ext.userview import client  # h11: only the --server path needs it
+
     try:
-        return fetch(*args, deadline_s=view_client.DEADLINE_S)
-    except ViewError as exc:
+        if job_id is None:
+            return client.fetch_queue(server, deadline_s=client.DEADLINE_S)
+        return client.fetch_job(server, job_id, deadline_s=client.DEADLINE_S)
+    except client.ViewError as exc:
         echo_safe(f"slurm-ext: {exc}", err=True)
-        sys.exit(1 if isinstance(exc, ViewNotFound) else EXIT_SERVER)
+        sys.exit(1 if isinstance(exc, client.ViewNotFound) else EXIT_SERVER)
 
 
 @click.command()
@@ -104,7 +106,7 @@ def queue(config_path: str | None, as_json: bool, server: str | None, show_all: 
         )
         sys.exit(EXIT_CONFIG)
     if server:
-        doc = _from_server(view_client.fetch_queue, server)
+        doc = _from_server(server)
         rows, last = doc["jobs"], doc["last_pass"]
     else:
         rows, last = _local_queue(load_service_config(config_path), show_all)
@@ -167,7 +169,7 @@ def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict |
 def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
     if server:
-        info = _from_server(view_client.fetch_job, server, job_id)
+        info = _from_server(server, job_id)
     else:
         info = _local_explain(load_service_config(config_path), job_id)
     if as_json:
