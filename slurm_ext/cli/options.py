@@ -101,7 +101,7 @@ def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
     if not trace.jobs:
         raise click.ClickException(f"{path}: no usable jobs")
     if trace.skipped:
-        click.echo(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}", err=True)
+        click.echo(f"skipped {trace.skipped} bad rows, e.g. {safe(trace.problems[0])}", err=True)
     return trace
 
 
