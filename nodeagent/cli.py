@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from nodeagent import __version__
-from nodeagent.agent import Agent
+from nodeagent.agent import Agent, node_name
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
@@ -91,13 +91,9 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
         except SecretFileError as exc:
             click.echo(f"slurm-ext-agent: {config_path}: report.secret_file: {exc}", err=True)
             sys.exit(2)
-    agent = Agent(
-        config, make_gpu_reader(config.gpu.backend, config), RaplReader(config.energy.rapl_root)
-    )
-    if config.report.enabled:
         sender = ReportSender(
             config.report.service_url,
-            agent.node,
+            node_name(config),
             secret,
             config.report.spool_dir,
             config.report.spool_max_batches,
@@ -105,7 +101,12 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
             backoff_base_s=config.interval_s,
             backoff_max_s=config.report.backoff_max_s,
         )
-        agent.sender = sender
+    agent = Agent(
+        config,
+        make_gpu_reader(config.gpu.backend, config),
+        RaplReader(config.energy.rapl_root),
+        sender=sender,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -94,6 +94,28 @@ class ColocationController:
             self.paused[rec.job_id] = rec
             self.recovering.add(rec.job_id)
 
+    def adopt_frozen(self, jobs: dict[int, JobProcesses]) -> None:
+        """Jobs found frozen in their cgroups with no pause record (the state file was
+        lost): paused by this agent as far as anyone can tell, so kept paused and thawed
+        by the co-location rules when due, like a pause of this run. Logged one by one."""
+        found = False
+        for job, jp in jobs.items():
+            rec = None if job in self.paused else self.freezer.frozen(jp)
+            if rec is None:
+                continue
+            found = True
+            log.warning(
+                "job %s found frozen (%s %s) with no pause record: taken as paused by this "
+                "agent, thawed when the co-location rules allow",
+                job,
+                rec.method,
+                ", ".join(rec.targets),
+            )
+            self.paused[job] = rec
+            self.paused_since[job] = self.wall()
+        if found:
+            self._save()  # recorded now: a crash before the thaw leaves a record
+
     def recover_due(self, now: float) -> bool:
         return bool(self.recovering) and now >= self._next_recover
 

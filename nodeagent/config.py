@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slurm_ext.core.config import choices, positive
+from slurm_ext.core.reports import MAX_GPUS_PER_NODE
 
 
 def _positive(name: str, value: float) -> None:
@@ -28,6 +29,14 @@ class GpuConfig:
     # read the NVML total-energy counter at most this often (it costs ~4 ms CPU per read on
     # an H100); power is integrated in between and the counter corrects it at the next read
     energy_interval_s: float = positive(30.0)
+
+    def __post_init__(self) -> None:
+        # the simulated backend builds every GPU at every read: a huge count hangs the agent
+        if not 1 <= self.simulated_count <= MAX_GPUS_PER_NODE:
+            raise ValueError(
+                f"simulated_count must be within 1..{MAX_GPUS_PER_NODE} GPUs per node "
+                f"(the most a node report may carry), got {self.simulated_count}"
+            )
 
 
 @dataclass

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from conftest import wait_for
 from prometheus_client import generate_latest
 from test_agent_report import SECRET, _Service
 
@@ -171,16 +172,19 @@ def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
         agent = make_agent(tmp_path, clock, sim, sender=sender)
         pid = cg.start(701)
         sim.assign(pid, 0, 3 * GIB, 0.5)
-        agent.step()
+        agent.step()  # the report is sent by the sender's thread, not in the step
+        wait_for(lambda: service.received, what="the first report")
         assert [(r.job_id, r.final) for r in service.received] == [(701, False)]
         clock.t += 10
         agent.step()  # within the report interval: nothing sent
+        time.sleep(0.5)
         assert len(service.received) == 1
         proc = cg.procs[-1]
         proc.kill()
         proc.wait()
         clock.t += 10
         agent.step()
+        wait_for(lambda: len(service.received) == 2, what="the final report")
         final = service.received[-1]
         assert (final.job_id, final.final, final.node) == (701, True, "gpu01")
         assert final.gpu_seconds == pytest.approx(10.0)
@@ -188,6 +192,7 @@ def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
         assert final.gpu_mem_peak_bytes == 3 * GIB
         assert final.gpu_type == "Simulated H100"
         assert 701 not in agent.accounts
+        agent.reports.close(1.0)
     finally:
         service.close()
 
