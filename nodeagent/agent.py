@@ -49,7 +49,7 @@ from slurm_ext.slurm.client import SlurmClient
 log = logging.getLogger(__name__)
 STATE_SAVE_S = 30.0
 MAX_WARNINGS = 100  # distinct problems a snapshot carries (the latest)
-SHUTDOWN_FLUSH_S = 1.0  # at most this (and one sample period) for the last report flush
+SHUTDOWN_FLUSH_S = 1.0  # at most this (and half a sample period) for the last report flush
 
 
 def node_name(config: AgentConfig) -> str:
@@ -458,5 +458,5 @@ class Agent:
         finally:
             self.resume_all("shutdown")
             self.save_state()
-            if self.reports is not None:  # never past one sample period, whatever the service
-                self.reports.close(min(SHUTDOWN_FLUSH_S, interval))
+            if self.reports is not None:  # SIGTERM obeyed within a sample, whatever the service
+                self.reports.close(min(SHUTDOWN_FLUSH_S, interval / 2))
