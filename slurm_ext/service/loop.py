@@ -142,7 +142,7 @@ class Service(Upkeep):
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
             active = [j for j in jobs if j.state.active and self.managed(j)]
-            decisions = self._rank(active, records, now, sum(n.gpus for n in nodes))
+            decisions = self._rank(active, records, now)
             res.decisions, res.ranked = decisions, len(decisions)
             by_id = {j.job_id: j for j in active}
             if self.config.composes:  # the order Slurm applies, with the site factors
@@ -181,11 +181,10 @@ class Service(Upkeep):
         return records, stored
 
     def _rank(
-        self, active: Sequence[Job], records: dict[int, JobRecord], now: float, gpus: int
+        self, active: Sequence[Job], records: dict[int, JobRecord], now: float
     ) -> list[Decision]:
         """The policy's order of the managed active jobs: the simulator's `rank`, redoing
-        only what changed since the last pass (`slurm_ext.service.rank_cache`); `gpus`: the
-        cluster's, which the wait guard's budget is a share of."""
+        only what changed since the last pass (`slurm_ext.service.rank_cache`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
         views = []
         reused: dict[int, tuple[tuple, JobView]] = {}
@@ -202,11 +201,11 @@ class Service(Upkeep):
             reused[job.job_id] = last
             views.append(last[1])
         self._views = reused  # waiting jobs' views, for the next pass
-        # gittins_index "auto": the whole-job index unless this service preempts
+        # the whole-job index unless this service preempts (`for_preemption`)
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         # composed: rank by the index alone; `site_factors.compose` adds Slurm's priority
         plain = replace(policy, fairshare_site_weight=0.0) if self.config.composes else policy
-        decisions = self._ranker.rank(views, now, plain, history or None, gpus)
+        decisions = self._ranker.rank(views, now, plain, history or None)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 
