@@ -42,11 +42,9 @@ whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end
 at once; --no-sched-tick leaves it out), and cons_tres's node choice by free cores, a
 core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit leaves
 it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
-leaves it out). Runs recorded before session 9 need --spread-victims: their service
-read a waiting replay job as free to spread over any nodes (its default placement mode
-consolidates only network-sensitive hints) while Slurm starts it on its -N nodes, so it
-requeued victims that freed no room (`spread_victims`); since then the service clears
-a node for a per-node request (`policy.placement.asks_fewest_nodes`). The service
+leaves it out). Runs recorded before the service cleared a node for a per-node request
+(`policy.placement.asks_fewest_nodes`) read a waiting replay job as free to spread and
+requeued victims that freed no room; the simulator no longer models that service. The service
 modes rank with the policy the run's service ran, read from its service.toml (settings
 added since it ran take their earlier behaviour: fidelity_policy.py; --default-policy
 takes today's defaults). The simulated spread over
@@ -83,8 +81,7 @@ import fidelity_policy
 from fidelity_ensemble import PERTURBATIONS, Draws, Spread, perturb
 from fidelity_tables import Cell, print_runs, print_summary
 
-from slurm_ext.policy import PolicyConfig, network_sensitive
-from slurm_ext.policy.placement import consolidate_for
+from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import replay_mode
 from slurm_ext.replay.plan import auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
@@ -197,11 +194,6 @@ def sim_inputs(
         # the service requeues for its best waiting job once a pass, at most its cap
         one_preemption_per_pass=True,
         max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
-        # before session 9 it picked victims as if the waiting job could spread: its
-        # placement mode ("profile") consolidates only network-sensitive model hints, a
-        # replay's jobs carry none, and Slurm still starts each on its -N nodes
-        spread_victims=args.spread_victims
-        and not consolidate_for(ServiceConfig().placement_mode, network_sensitive(None)),
         checkpoint_interval_s=args.checkpoint_interval,
         restart_overhead_s=max(launch_wall_s, 0.0) * speedup,  # a restart is a launch
         requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,

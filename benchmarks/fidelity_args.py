@@ -69,12 +69,6 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         help="simulate the service modes with today's PolicyConfig defaults, not the policy"
         " in the run's service.toml (fidelity_policy.py)",
     )
-    ap.add_argument(
-        "--spread-victims",
-        action="store_true",
-        help="for runs recorded before session 9: simulate the service's victim choice as"
-        " it then read a replay's job (free to spread over any nodes)",
-    )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")
     ap.add_argument(

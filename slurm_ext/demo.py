@@ -163,8 +163,8 @@ def main() -> int:
             f'[slurm]\nbackend = "cli"\nslurm_conf = "{cluster.conf_path}"\n'
             # queue limits scaled to a one-minute demo: demoted after 20 s and 200 s of run
             # (x GPUs in GPU-seconds: queue_gpu_exponent 1)
-            '[policy]\npolicy = "gittins"\nqueue_thresholds_gpu_s = [20.0, 200.0]\n'
-            "starvation_factor = 4.0\nmin_run_s = 30.0\n"
+            '[policy]\npolicy = "gittins"\nmin_run_s = 30.0\n'
+            "[policy.tuning]\nqueue_thresholds_gpu_s = [20.0, 200.0]\nstarvation_factor = 4.0\n"
         )
         _say(f"starting the priority service: slurm-ext serve --config {config}")
         service = _start(

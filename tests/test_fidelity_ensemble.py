@@ -67,14 +67,9 @@ def test_sim_inputs_give_the_main_scheduler_its_whole_second_tick():
     args = dict(
         nodes=4, gpus_per_node=4, preemptible_fraction=0.5, seed=0, scheduler="slurm",
         willrun=True, checkpoint_interval=1800.0, requeue_hold=True, slurm_clock=True,
-        sched_tick=True, core_fit=True, whole_nodes=True, spread_victims=True,
+        sched_tick=True, core_fit=True, whole_nodes=True,
     )  # fmt: skip
     _, cl = bench_fidelity.sim_inputs(jobs(), argparse.Namespace(**args), "slurm", SPEEDUP)
-    # runs of the service before session 9 read a replay's job as free to spread
-    # (--spread-victims)
-    assert cl.spread_victims
-    ns = argparse.Namespace(**{**args, "spread_victims": False})
-    assert not bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].spread_victims
     assert cl.sched_tick_s == SPEEDUP  # 1 wall s
     assert cl.fit_cores == 16  # the replay's 16-core nodes (replay.target.local)
     assert cl.bf_whole_nodes  # backfill's node bitmap

@@ -32,6 +32,9 @@ class ServiceConfig:
 
     interval_s: float = positive(30.0)
     store: str = "/var/lib/slurm-ext/service.db"
+    # the co-location classes file, read by the node agents too (slurm_ext.core.classes);
+    # "": /etc/slurm-ext/classes.toml where it exists, else its defaults
+    classes_file: str = ""
     mode: str = choices("site_factor", "priority", default="site_factor")
     partitions: list[str] = field(default_factory=list)  # empty: every partition
     value_min: int = 1

@@ -17,7 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.core.model import Decision, Job, JobView, Node
+from slurm_ext.core.classes import load_classes
+from slurm_ext.core.model import Decision, Job, JobClasses, JobView, Node
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.service.collector import PassCollector
@@ -91,8 +92,11 @@ class Service(Upkeep):
         store: Store,
         dry_run: bool = False,
         metrics=None,
+        classes: JobClasses | None = None,
     ) -> None:
+        """`classes`: the co-location classes (default: read from `config.classes_file`)."""
         self.config = config
+        self.classes = classes if classes is not None else load_classes(config.classes_file)
         self.client = client
         self.writes = SlurmWrites(client, config.mode)
         self.store = store
@@ -261,6 +265,7 @@ class Service(Upkeep):
                 self.store.reports,
                 res.started_at,
                 self.config.opportunistic,
+                self.classes,
                 lambda job_id: self.writes.call(res, self.client.requeue, job_id),
             )
         except SlurmUnavailable as exc:
