@@ -241,12 +241,6 @@ def main() -> None:
         default=defaults.gittins_classes,
         help="PolicyConfig.gittins_classes (default: the default config's)",
     )
-    ap.add_argument(
-        "--gittins-censored",
-        action="store_true",
-        default=defaults.gittins_censored,
-        help="PolicyConfig.gittins_censored (Kaplan-Meier with the active jobs censored)",
-    )
     for name in FLOAT_KNOBS:
         ap.add_argument(
             "--" + name.replace("_", "-"),
@@ -257,7 +251,6 @@ def main() -> None:
     args = ap.parse_args()
     base = PolicyConfig(
         gittins_classes=args.gittins_classes,
-        gittins_censored=args.gittins_censored,
         **{name: getattr(args, name) for name in FLOAT_KNOBS},
     )
     show = lambda rows: print(table(rows, markdown=args.markdown, columns=BENCH_COLUMNS) + "\n")  # noqa: E731
