@@ -108,7 +108,7 @@ def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
 
 
 def policy_config_option(help: str) -> Callable[[F], F]:
-    """--config: a TOML file of PolicyConfig keys (read by `load_policy`)."""
+    """--config: the simulator's policy file (read by `load_policy`)."""
     return click.option("--config", "config_path", type=click.Path(), default=None, help=help)
 
 
