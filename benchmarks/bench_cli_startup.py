@@ -6,7 +6,7 @@ directory and put first on PYTHONPATH; runs alternate between the two trees, so 
 in the machine's load hits both alike. CPU time (user + sys of the child, from
 getrusage) rather than wall time, which the shared machine's load would dominate.
 
-    .venv/bin/python benchmarks/bench_cli_startup.py [--ref main] [--runs 21]
+    .venv/bin/python -m benchmarks.bench_cli_startup [--ref main] [--runs 21]
 """
 
 from __future__ import annotations

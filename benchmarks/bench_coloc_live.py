@@ -1,6 +1,6 @@
 """Co-location live against the simulator: does the replay order the modes as simulated?
 
-    .venv/bin/python benchmarks/bench_coloc_live.py [--jobs 30] [--seed 1] [--wall 150]
+    .venv/bin/python -m benchmarks.bench_coloc_live [--jobs 30] [--seed 1] [--wall 150]
 
 One Philly-like trace (`sim.synth`, 2 nodes x 4 GPUs, load 1.0), 30 % of the 1-GPU jobs
 opportunistic (a seeded draw; wider jobs stay guaranteed, so in both the simulator and

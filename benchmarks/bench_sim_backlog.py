@@ -1,8 +1,8 @@
 """Simulator speed against the backlog: CPU microseconds per event by pending-queue length.
 
-    .venv/bin/python benchmarks/bench_sim_backlog.py --jobs 100000 --shape philly --load 1.2
-    .venv/bin/python benchmarks/bench_sim_backlog.py --jobs 50000 --shape philly --load 2.0
-    .venv/bin/python benchmarks/bench_sim_backlog.py --jobs 20000 --placement spread
+    .venv/bin/python -m benchmarks.bench_sim_backlog --jobs 100000 --shape philly --load 1.2
+    .venv/bin/python -m benchmarks.bench_sim_backlog --jobs 50000 --shape philly --load 2.0
+    .venv/bin/python -m benchmarks.bench_sim_backlog --jobs 20000 --placement spread
 
 A per-event cost that grows with the queue is what makes a trace of another shape slow:
 a load above 1 keeps a backlog that never drains. The run is `bench_sim`'s speed run
@@ -14,16 +14,11 @@ events go to the row of its mean pending-job count.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_sim import SHAPES, USERS, speed_trace  # noqa: E402
-
-from slurm_ext.policy import PolicyConfig  # noqa: E402
-from slurm_ext.sim.engine import SimConfig, Simulator  # noqa: E402
+from benchmarks.bench_sim import SHAPES, USERS, speed_trace
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.sim.engine import SimConfig, Simulator
 
 ROWS = (0, 100, 300, 1000, 3000, 10000, 30000)  # pending jobs: each row from this many
 
