@@ -82,6 +82,9 @@ def main() -> None:
         k = f"{klass}_avg_jct_s"
         sa, ss = sim["slurm_alone"][k], sim["shared"][k]
         la, ls = live["alone"][k], live["shared"][k]
+        if not (sa and la):  # a short trace may draw no job of the class
+            print(f"| {klass} | no jobs | | | | | | |")
+            continue
         agree = (ss < sa) == (ls < la)
         print(
             f"| {klass} | {sa:.0f} | {ss:.0f} | {ss / sa:.3f} | {la:.0f} | {ls:.0f} "

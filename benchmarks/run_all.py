@@ -26,7 +26,7 @@ QUICK: dict[str, list[str]] = {
     "bench_agent": [],
     "bench_cli_startup": ["--runs", "3"],
     "bench_coloc": ["--seeds", "1", "--jobs", "300"],
-    "bench_coloc_live": ["--jobs", "10", "--wall", "60"],
+    "bench_coloc_live": ["--jobs", "20", "--fraction", "0.5", "--wall", "60"],
     "bench_coloc_speed": ["--jobs", "300"],
     "bench_hook": ["--jobs", "20", "--reps", "1", "--rows", "100"],
     "bench_predictor": ["--jobs", "200", "--seeds", "1", "--loads", "1.0"],
