@@ -1,7 +1,7 @@
 """Simulator benchmark: policy quality (avg JCT vs FIFO and the SRTF oracle) and speed.
 
     .venv/bin/python -m benchmarks.bench_sim                 # quick: 3,000-job traces
-    .venv/bin/python -m benchmarks.bench_sim --full          # the figures in docs/benchmarks.md
+    .venv/bin/python -m benchmarks.bench_sim --full          # 10,000-job traces, speed to 100k jobs
     .venv/bin/python -m benchmarks.bench_sim --quality-only --full --markdown
     .venv/bin/python -m benchmarks.bench_sim --quality-only --full --markdown --gittins-classes gpus
     .venv/bin/python -m benchmarks.bench_sim --speed-only --full

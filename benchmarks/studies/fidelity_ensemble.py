@@ -1,8 +1,8 @@
 """The simulated side of a fidelity check as a distribution (used by fidelity.py).
 
 A live replay and its simulation are both chaotic: one threshold decision or one
-reservation taken a wall second earlier moves a whole run (docs/benchmarks.md, "Live
-replay fidelity"). So one simulated run cannot say whether one live run is within 10 %.
+reservation taken a wall second earlier moves a whole run (docs/benchmarks.md, "Simulator
+fidelity"). So one simulated run cannot say whether one live run is within 10 %.
 The ensemble simulates each live run N times, each with a seeded draw of what the replay
 cannot control and the simulator takes as fixed; the draws are inputs, the simulator's
 defaults and decisions are untouched:
