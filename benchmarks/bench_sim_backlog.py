@@ -8,7 +8,8 @@ A per-event cost that grows with the queue is what makes a trace of another shap
 a load above 1 keeps a backlog that never drains. The run is `bench_sim`'s speed run
 (`speed_trace`: seed 1, time limits seed 0; 125 nodes x 8 GPUs, preemptive 2D-Gittins,
 `--scheduler slurm`), sampled every 5,000 event batches: each window's CPU seconds and
-events go to the row of its mean pending-job count.
+events go to the row of its mean pending-job count; each row's cost per event is also
+given against the row of the shortest queue.
 """
 
 from __future__ import annotations
@@ -55,10 +56,14 @@ def main() -> None:
         acc[0] += cur[0] - prev[0]
         acc[1] += cur[1] - prev[1]
         acc[2] += 1
-    print("| pending jobs | windows | events | CPU s | us per event |")
-    print("|---|---|---|---|---|")
+    print("| pending jobs | windows | events | CPU s | us per event | vs the shortest queue |")
+    print("|---|---|---|---|---|---|")
+    per_event = {row: 1e6 * c / max(e, 1) for row, (c, e, _) in rows.items()}
+    base = per_event[min(per_event)] if per_event else 0.0
     for row, (c, e, w) in sorted(rows.items()):
-        print(f"| {row:,}+ | {int(w)} | {int(e):,} | {c:.1f} | {1e6 * c / max(e, 1):.1f} |")
+        us = per_event[row]
+        ratio = f"{us / base:.2f}" if base else "-"
+        print(f"| {row:,}+ | {int(w)} | {int(e):,} | {c:.1f} | {us:.1f} | {ratio} |")
 
 
 if __name__ == "__main__":
