@@ -1,14 +1,13 @@
 """The policy a replay's service really ran, read back from its service.toml (used by
-bench_fidelity.py).
+fidelity.py).
 
 A kept replay is re-simulated long after it ran, with today's code. The simulator must
 rank as the live service ranked then, not as today's defaults would: a setting added
 since is absent from the run's service.toml, and the live service behaved as before it
-existed. The requeue runs of sessions 4-6 (A, A2, B; Q1, Q2) ran without a guard's stint
-keep (`wait_guard_keep`, added after them: the next guarded job requeued a job the wait
-guard had just started, after `min_run_s`) and with the starvation guard over every
-requeued job (`starvation_scope`, added later, "all" before); simulated with today's
-defaults those stints were kept and those lifts left out (docs/benchmarks.md, Session 9).
+existed. The oldest kept requeue runs ran without a guard's stint keep
+(`wait_guard_keep`, added after them: the next guarded job requeued a job the wait guard
+had just started, after `min_run_s`); simulated with today's defaults those stints would
+be kept.
 
 The replay writes the policy in wall seconds (`replay.service.scaled_policy`); this
 module scales it back to trace seconds.
@@ -32,7 +31,7 @@ SCALED = (
     "preemption_restart_s",
 )
 # a setting absent from an older run's config: the behaviour before it existed
-BEFORE = {"wait_guard_keep": 0.0, "starvation_scope": "all"}
+BEFORE = {"wait_guard_keep": 0.0}
 
 
 def live_policy(mode_dir: Path, speedup: float) -> PolicyConfig | None:
