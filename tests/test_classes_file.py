@@ -20,7 +20,7 @@ from slurm_ext.policy.colocation import classify
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.service.opportunistic_requeue import eligible
 from slurm_ext.store.db import Store
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = (

@@ -1,23 +1,19 @@
-"""benchmarks/fidelity_policy.py: a kept replay is simulated with the policy its service
-ran, read back from the service.toml the replay wrote (wall seconds) into trace seconds,
-settings added since taking the behaviour from before they existed, settings removed
-since read only where they hold today's behaviour."""
+"""benchmarks/studies/fidelity_policy.py: a kept replay is simulated with the policy its
+service ran, read back from the service.toml the replay wrote (wall seconds) into trace
+seconds, settings added since taking the behaviour from before they existed, settings
+removed since read only where they hold today's behaviour."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.studies.fidelity_policy import BEFORE, REMOVED, live_policy
 from slurm_ext.core import tomlio
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.service import with_checkpoints, with_requeue_hold, write_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from fidelity_policy import BEFORE, REMOVED, live_policy  # noqa: E402
 
 SPEEDUP = 1750.0  # 3,600 s / 1,750 does not divide evenly: read back 3599.9999999999995
 
@@ -38,8 +34,8 @@ def test_the_policy_written_is_the_policy_read_back(tmp_path):
 
 
 def test_settings_an_older_service_lacked_take_their_earlier_behaviour(tmp_path):
-    """An early requeue run wrote no wait_guard_keep: its service kept no guard's stint.
-    Its settings were all in [policy] (no [policy.tuning] then)."""
+    """The oldest kept runs wrote no wait_guard_keep: their service kept no guard's
+    stint. Their settings were all in [policy] (no [policy.tuning] then)."""
     d = _written(tmp_path, PolicyConfig(policy="gittins"))
     data = tomlio.loads((d / "service.toml").read_text())
     data["policy"] |= data["policy"].pop("tuning")  # the older, flat [policy]

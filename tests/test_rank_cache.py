@@ -21,7 +21,7 @@ from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.store.db import Store
 from slurm_ext.store.rows import DecisionRecord
 from slurm_ext.store.schema import SCHEMA_VERSION
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 POLICIES = [
     PolicyConfig(),  # gittins, GPU classes and kinds

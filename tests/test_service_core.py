@@ -13,7 +13,7 @@ import pytest
 from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.service.fold import fold_jobs
 from slurm_ext.service.loop import plan_placements
-from slurm_ext.service.writeback import assign_values, changed
+from slurm_ext.service.priority_values import assign_values, changed
 from slurm_ext.store.db import Store, StoreError
 from slurm_ext.store.schema import SCHEMA_VERSION
 
@@ -348,7 +348,7 @@ def test_serve_survives_a_broken_store_and_recovers(tmp_path, caplog):
 
     from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.store.schema import MIGRATIONS
-    from slurm_ext.testing.replay import ReplayClient
+    from slurm_ext.testing.snapshot_client import ReplayClient
 
     cfg = ServiceConfig(
         store=str(tmp_path / "s.db"),
@@ -402,7 +402,7 @@ def test_service_ranks_by_gpu_class_tables_from_its_store_as_the_simulator(tmp_p
     from slurm_ext.policy import PolicyConfig, build_table
     from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.sim.engine import SimConfig, Simulator
-    from slurm_ext.testing.replay import ReplayClient
+    from slurm_ext.testing.snapshot_client import ReplayClient
 
     # (gpus, gpu_s) as completed, oldest first; hand-computed in test_policy_gittins
     done = [(1, 30.0), (2, 10.0), (1, 30.0), (2, 200.0)]
@@ -444,7 +444,7 @@ def test_writes_stop_when_slurmctld_stops_answering_and_resume_next_pass(tmp_pat
     the pass's writes (none recorded as written) instead of timing out job by job."""
     from slurm_ext.service.loop import Service, ServiceConfig
     from slurm_ext.slurm.client import JobNotFound, SlurmUnavailable
-    from slurm_ext.testing.replay import ReplayClient
+    from slurm_ext.testing.snapshot_client import ReplayClient
 
     class Flaky(ReplayClient):
         def __init__(self, *a) -> None:
@@ -482,7 +482,7 @@ def test_a_pass_persists_only_what_changed_and_the_store_keeps_up(tmp_path):
     rank in the store. What the store holds is what the service decided, every pass."""
     from slurm_ext.policy import PolicyConfig
     from slurm_ext.service.loop import Service, ServiceConfig
-    from slurm_ext.testing.replay import ReplayClient
+    from slurm_ext.testing.snapshot_client import ReplayClient
 
     def pending(job_id: int, submit: float) -> Job:
         return Job(job_id=job_id, state=JobState.PENDING, gpus=1, submit_time=submit)
@@ -599,7 +599,7 @@ def test_the_service_warns_when_slurm_reorders_its_queue(tmp_path, caplog):
     no warning."""
     from slurm_ext.policy import PolicyConfig
     from slurm_ext.service.loop import Service, ServiceConfig
-    from slurm_ext.testing.replay import ReplayClient
+    from slurm_ext.testing.snapshot_client import ReplayClient
 
     def pending(job_id: int, prio: int) -> Job:
         return Job(job_id=job_id, state=JobState.PENDING, gpus=1, submit_time=float(job_id),

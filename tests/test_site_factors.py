@@ -17,7 +17,7 @@ from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.ranking import priority_key
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import Store
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 USERS = ["ana", "bo", "cy"]
 NAMES = ["train", "eval", "sweep"]

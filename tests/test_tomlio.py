@@ -1,4 +1,4 @@
-"""TOML 1.0 in (tomllib), our small writer out, and the agent without nvidia-ml-py."""
+"""TOML 1.0 in (tomllib), out (tomli-w), and the agent without nvidia-ml-py."""
 
 from __future__ import annotations
 
@@ -69,18 +69,16 @@ def test_the_writer_round_trips_awkward_values() -> None:
     assert isinstance(tomlio.loads(text)["whole"], float)
 
 
-@pytest.mark.parametrize(
-    "bad, where",
-    [
-        ({"x": float("nan")}, "x"),
-        ({"t": {"y": [1, float("inf")]}}, r"t\.y\[1\]"),
-        ({"x": None}, "x"),
-        ({"x": [{"a": 1}]}, r"x\[0\]"),
-        ({1: 2}, "1"),
-    ],
-)
-def test_the_writer_refuses_what_it_cannot_write_naming_the_key(bad: dict, where: str) -> None:
-    with pytest.raises(TypeError, match=rf"^{where}: "):
+def test_the_writer_round_trips_non_finite_floats_and_arrays_of_tables() -> None:
+    data = {"x": float("inf"), "t": {"y": [1.0, float("-inf")]}, "a": [{"b": 1}, {"c": "d"}]}
+    assert tomlio.loads(tomlio.dumps(data)) == data
+    nan = tomlio.loads(tomlio.dumps({"x": float("nan")}))["x"]
+    assert nan != nan
+
+
+@pytest.mark.parametrize("bad", [{"x": None}, {"t": {"y": [None]}}, {1: 2}])
+def test_the_writer_refuses_what_toml_cannot_hold(bad: dict) -> None:
+    with pytest.raises(TypeError):
         tomlio.dumps(bad)
 
 

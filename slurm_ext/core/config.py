@@ -60,13 +60,13 @@ REMOVED_KEYS: dict[str, dict[str, str]] = {
             "the completed jobs' estimate on the benchmark traces; delete the line"
         ),
         "gittins_kind_choice": (
-            'removed: "tightest" was not adopted (bench_shapes.py: no loss removed, worse '
-            "on the tuning traces); a job reads the finest group of its kind with enough "
+            'removed: "tightest" was not adopted (benchmarks.studies.shapes: no loss '
+            "removed, worse on the tuning traces); a job reads the finest group of its kind with enough "
             'samples, as "finest" did; delete the line'
         ),
         "gittins_whole_order": (
-            'removed: "run_time" was not adopted (bench_targets.py --only np: better on '
-            "four trace sets, worse on three); without preemption jobs are ordered by "
+            'removed: "run_time" was not adopted (benchmarks.studies.targets --only np: '
+            "better on four trace sets, worse on three); without preemption jobs are ordered by "
             'expected remaining GPU-time, as "gpu_time" did; delete the line'
         ),
         "gittins_index": (
@@ -79,14 +79,14 @@ REMOVED_KEYS: dict[str, dict[str, str]] = {
             "the guard off; delete the line"
         ),
         "wait_guard_budget": (
-            "removed: no budget held on every trace set (bench_targets.py --only np); the "
-            "wait guard lifts every job it is due for, as 0 did; delete the line"
+            "removed: no budget held on every trace set (benchmarks.studies.targets --only "
+            "np); the wait guard lifts every job it is due for, as 0 did; delete the line"
         ),
         "wait_guard_budget_scope": "removed with wait_guard_budget; delete the line",
         "starvation_scope": (
             "removed: the starvation guard covers the requeued jobs the wait guard cannot "
             'judge, as "backstop" did ("all" turned the order first come, first served '
-            "under a sustained backlog: bench_longrun.py); delete the line"
+            "on long runs under a sustained backlog); delete the line"
         ),
         "fairshare_guard": (
             'removed: a wait-guarded job gets the top SiteFactor, as "site" did ("promote" '

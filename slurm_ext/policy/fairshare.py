@@ -1,7 +1,7 @@
 """Slurm alone as sites run it: priority/multifactor with age and classic fair-share.
 
 The baseline the fairness benchmarks measure against is Slurm "with its fair-share
-factor on" (bench_targets.py, `user_*` columns). This
+factor on" (benchmarks.studies.targets, `user_*` columns). This
 module is Slurm 25.11's arithmetic (src/plugins/priority/multifactor/
 priority_multifactor.c), restricted to the two factors that move here:
 

@@ -96,7 +96,7 @@ def wait_judged(
     (`own_table`). A job that outlived every completion its table holds reads index 0,
     which the wait guard cannot scale: the starvation guard stays its backstop. Two
     guards on one requeued job lifted long jobs twice under a sustained backlog and the
-    order turned first come, first served (docs/benchmarks.md, bench_longrun.py)."""
+    order turned first come, first served (long runs of 10,000-30,000 jobs)."""
     if not guard_promotes(config):
         return False
     return _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s) > 0

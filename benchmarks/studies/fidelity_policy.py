@@ -1,16 +1,16 @@
 """The policy a replay's service really ran, read back from its service.toml (used by
-bench_fidelity.py).
+fidelity.py).
 
 A kept replay is re-simulated long after it ran, with today's code. The simulator must
 rank as the live service ranked then, not as today's defaults would: a setting added
 since is absent from the run's service.toml, and the live service behaved as before it
-existed. The early requeue runs (A, A2, B; Q1, Q2) ran without a guard's stint keep
+existed. The oldest kept requeue runs ran without a guard's stint keep
 (`wait_guard_keep`, added after them: the next guarded job requeued a job the wait guard
-had just started, after `min_run_s`), and with the starvation guard over every requeued
-job, which the policy no longer models (its `starvation_scope` was removed): those runs
-are simulated with today's starvation guard. A setting since removed is read only where
-it holds today's behaviour (REMOVED); the tuning constants are read from `[policy.tuning]`
-(newer runs) or `[policy]` (older ones).
+had just started, after `min_run_s`); simulated with today's defaults those stints would
+be kept. A setting since removed is read only where it holds today's behaviour
+(REMOVED): the early runs' starvation guard over every requeued job is not modelled any
+more. The tuning constants are read from `[policy.tuning]` (newer runs) or `[policy]`
+(older ones).
 
 The replay writes the policy in wall seconds (`replay.service.scaled_policy`); this
 module scales it back to trace seconds.

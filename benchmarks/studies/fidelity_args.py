@@ -1,16 +1,15 @@
-"""bench_fidelity.py's command-line options, one definition for it and fidelity_predict.py."""
+"""fidelity.py's command-line options, one definition for it and fidelity_predict.py."""
 
 from __future__ import annotations
 
 import argparse
 
-from fidelity_ensemble import DEFAULT, PERTURBATIONS
-
+from benchmarks.studies.fidelity_ensemble import DEFAULT, PERTURBATIONS
 from slurm_ext.replay.plan import MODES
 
 
 def parser(description: str = "") -> argparse.ArgumentParser:
-    """bench_fidelity.py's options (fidelity_predict.py reads the same simulator settings)."""
+    """fidelity.py's options (fidelity_predict.py reads the same simulator settings)."""
     ap = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
