@@ -1,4 +1,4 @@
-"""The service's report endpoint under a hostile, unauthenticated client (issue 15 item 1).
+"""The service's report endpoint under a hostile, unauthenticated client.
 
 Starts a local Slurm cluster and the real service (`slurm-ext serve`) on loopback, then
 holds 100 connections that never finish their request head and 20 that announce the
@@ -8,7 +8,7 @@ report batch is posted every second. Prints the service's RSS and thread count (
 reports were accepted and how fast. Loopback only; bounded in count (120 sockets) and
 time (`--seconds`, default 40: past the listener's 30 s body deadline).
 
-    .venv/bin/python benchmarks/bench_report_listener.py [--seconds 40]
+    .venv/bin/python -m benchmarks.bench_report_listener [--seconds 40]
 """
 
 from __future__ import annotations

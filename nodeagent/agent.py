@@ -42,6 +42,8 @@ from nodeagent.state import (
     state_doc,
     write_state,
 )
+from slurm_ext.core.classes import load_classes
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy import colocation as co
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
@@ -73,9 +75,11 @@ class Agent:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         slurm: SlurmClient | None = None,
+        classes: JobClasses | None = None,
     ) -> None:
         """`slurm`: the client asked for job classes when `[jobs] source = "slurm"`
-        (default: `CliSlurmClient` from `[jobs]`)."""
+        (default: `CliSlurmClient` from `[jobs]`); `classes`: the co-location classes
+        (default: read from `config.classes_file`)."""
         self.config = config
         self.node = node_name(config)
         self.gpu_reader = gpu_reader
@@ -94,6 +98,7 @@ class Agent:
             self.job_info = SlurmJobInfo(client, self.node, j.cache_s)
         self.coloc = ColocationController(
             config.colocation,
+            classes if classes is not None else load_classes(config.classes_file),
             JobFreezer(self.mounts, config.proc_root),
             self.job_info,
             j.cache_s,
@@ -303,7 +308,7 @@ class Agent:
                 env.get("SLURM_JOB_QOS", ""),
                 env.get("SLURM_JOB_PARTITION", ""),
             )
-            acc.klass = co.classify(acc.qos, acc.partition, self.coloc.rules)
+            acc.klass = co.classify(acc.qos, acc.partition, self.coloc.classes)
             log.info(
                 "job %s seen: qos=%r partition=%r class=%s (environ)",
                 jp.job_id,
@@ -338,7 +343,7 @@ class Agent:
         """Class from Slurm's record, or the default while Slurm has not vouched for the
         job (never the environment); re-evaluated every sample, logged when it changes."""
         qos, part = (info.qos, info.partition) if info is not None else ("", "")
-        klass = co.classify(qos, part, self.coloc.rules)  # no answer: the default
+        klass = co.classify(qos, part, self.coloc.classes)  # no answer: the default
         if new or (klass, qos, part) != (acc.klass, acc.qos, acc.partition):
             log.info(
                 "job %s: qos=%r partition=%r class=%s (%s)",

@@ -17,20 +17,14 @@ from nodeagent.config import ColocationConfig
 from nodeagent.freezer import JobFreezer, PauseRecord
 from nodeagent.jobinfo import SlurmJobInfo
 from nodeagent.progress import ProgressReader
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy import colocation as co
 
 log = logging.getLogger(__name__)
 
 
-def make_policy(c: ColocationConfig) -> tuple[co.ClassRules, co.Policy]:
-    """The class rules and the decision policy from the `[colocation]` configuration."""
-    rules = co.ClassRules(
-        tuple(c.guaranteed_qos),
-        tuple(c.opportunistic_qos),
-        tuple(c.guaranteed_partitions),
-        tuple(c.opportunistic_partitions),
-        c.default_class,
-    )
+def make_policy(c: ColocationConfig) -> co.Policy:
+    """The decision policy from the `[colocation]` configuration."""
     e = c.eaco
     eaco = (
         co.EacoModel(
@@ -47,7 +41,7 @@ def make_policy(c: ColocationConfig) -> tuple[co.ClassRules, co.Policy]:
         min_solo_rate_samples=c.min_solo_rate_samples,
         eaco=eaco,
     )
-    return rules, policy
+    return policy
 
 
 class ColocationController:
@@ -60,6 +54,7 @@ class ColocationController:
     def __init__(
         self,
         config: ColocationConfig,
+        classes: JobClasses,
         freezer: JobFreezer,
         job_info: SlurmJobInfo | None,
         retry_s: float,
@@ -70,7 +65,7 @@ class ColocationController:
         error: Callable[[str, str], None],
     ) -> None:
         self.config = config
-        self.rules, self.policy = make_policy(config)
+        self.classes, self.policy = classes, make_policy(config)
         self.freezer = freezer
         self.job_info = job_info
         self.retry_s = retry_s

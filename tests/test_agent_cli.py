@@ -24,9 +24,16 @@ def test_bad_config_exits_2_naming_file_and_key(tmp_path):
     cfg.write_text('interval_s = "5"\n')
     r = run("run", "--config", str(cfg), "--once")
     assert r.returncode == 2 and f"{cfg}: interval_s: expected a number" in r.stderr
-    cfg.write_text('[colocation]\ndefault_class = "vip"\n')
+    classes = tmp_path / "classes.toml"
+    classes.write_text('default_class = "vip"\n')
+    cfg.write_text(f'classes_file = "{classes}"\n')
     r = run("run", "--config", str(cfg), "--once")
-    assert r.returncode == 2 and "colocation.default_class: must be one of" in r.stderr
+    assert r.returncode == 2 and f"{classes}: default_class: must be one of" in r.stderr
+    cfg.write_text('[colocation]\ndefault_class = "opportunistic"\n')
+    r = run("run", "--config", str(cfg), "--once")
+    assert (
+        r.returncode == 2 and f"{cfg}: colocation.default_class: moved to the classes" in r.stderr
+    )
 
 
 def test_a_huge_simulated_gpu_count_is_refused_at_load(tmp_path):

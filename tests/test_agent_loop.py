@@ -18,8 +18,10 @@ from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.report import ReportSender
 from nodeagent.testing import BUSY, cpu_used_during, runs
+from slurm_ext.core.model import JobClasses
 
 GIB = 2**30
+SCAVENGER = JobClasses(opportunistic_qos=("scavenger",))
 
 
 class Clock:
@@ -33,10 +35,9 @@ class Clock:
 def make_agent(tmp_path, clock, sim, rapl_dir=None, sender=None) -> Agent:
     cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
     cfg.jobs.source = "environ"  # these jobs exist only as cgroups: no Slurm to ask
-    cfg.colocation.opportunistic_qos = ["scavenger"]
     cfg.colocation.slow_fraction = 0.7
     rapl = RaplReader(rapl_dir) if rapl_dir else None
-    return Agent(cfg, sim, rapl, sender=sender, clock=clock, wall=clock)
+    return Agent(cfg, sim, rapl, sender=sender, clock=clock, wall=clock, classes=SCAVENGER)
 
 
 def test_attribution_pause_resume_end_to_end(tmp_path, cg):
@@ -286,10 +287,9 @@ def test_eaco_verdict_inputs_learnt_or_configured_in_reason_and_metrics(tmp_path
     sim.assign(g_pid, 0, 10 * GIB, 0.6)
     cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
     cfg.jobs.source = "environ"
-    cfg.colocation.opportunistic_qos = ["scavenger"]
     cfg.colocation.eaco.enabled = True
     cfg.colocation.eaco.gpu_idle_w = 100.0
-    agent = Agent(cfg, sim, None, clock=clock, wall=clock)
+    agent = Agent(cfg, sim, None, clock=clock, wall=clock, classes=SCAVENGER)
     assert agent.step() == []  # solo power 300 W learnt
     clock.t += 5
     sim.assign(o1, 0, 5 * GIB, 0.2)

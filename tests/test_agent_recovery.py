@@ -35,8 +35,11 @@ def agent_config(tmp: Path, placement: Path, url: str) -> Path:
     secret = tmp / "secret"
     secret.write_text("s3cret\n")
     secret.chmod(0o600)
+    classes = tmp / "classes.toml"
+    classes.write_text('opportunistic_qos = ["scavenger"]\n')
     cfg.write_text(
         f'node_name = "n1"\ninterval_s = 0.3\nstate_file = "{tmp / "state.json"}"\n'
+        f'classes_file = "{classes}"\n'
         f'[gpu]\nbackend = "simulated"\nsimulated_count = 1\n'
         f'simulated_processes_file = "{placement}"\n'
         f'[energy]\nrapl_root = "{tmp / "no-rapl"}"\n'
@@ -44,7 +47,7 @@ def agent_config(tmp: Path, placement: Path, url: str) -> Path:
         f'[report]\nenabled = true\nservice_url = "{url}"\nsecret_file = "{secret}"\n'
         f'interval_s = 60\ntimeout_s = 60\nspool_dir = "{tmp / "spool"}"\n'
         '[jobs]\nsource = "environ"\n'
-        '[colocation]\nopportunistic_qos = ["scavenger"]\nmemory_high = 0.5\n'
+        "[colocation.tuning]\nmemory_high = 0.5\n"
     )
     return cfg
 

@@ -134,9 +134,12 @@ def _agent_toml(tmp: Path, url: str, gpu: str) -> Path:
     secret = tmp / "secret"
     secret.write_bytes(SECRET + b"\n")
     secret.chmod(0o600)
+    classes = tmp / "classes.toml"
+    classes.write_text('opportunistic_qos = ["scavenger"]\n')
     cfg = tmp / "agent.toml"
     cfg.write_text(
         f'node_name = "n1"\ninterval_s = {INTERVAL_S}\nstate_file = "{tmp / "state.json"}"\n'
+        f'classes_file = "{classes}"\n'
         f"{gpu}\n"
         f'[energy]\nrapl_root = "{tmp / "no-rapl"}"\n'
         "[exporter]\nenabled = false\n"
@@ -144,7 +147,7 @@ def _agent_toml(tmp: Path, url: str, gpu: str) -> Path:
         # a report every sample; 60 s per receive: today's agent waits on each one
         f'interval_s = 1\ntimeout_s = 60\nspool_dir = "{tmp / "spool"}"\n'
         '[jobs]\nsource = "environ"\n'
-        '[colocation]\nopportunistic_qos = ["scavenger"]\nmemory_high = 0.5\n'
+        "[colocation.tuning]\nmemory_high = 0.5\n"
     )
     return cfg
 

@@ -107,9 +107,81 @@ def test_body_is_not_read_without_a_signature_of_the_right_shape(listener):
 def test_oversized_body_refused_before_reading(listener):
     with socket.create_connection(("127.0.0.1", listener.server_address[1]), timeout=5) as s:
         s.sendall(
-            b"POST /v1/reports HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (LIMITS.max_body + 1)
+            b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % (LIMITS.max_body + 1)
         )
         assert s.recv(4096).startswith(b"HTTP/1.1 413")
+
+
+def _raw(server, data: bytes, pieces: int = 1, then_close: bool = False) -> bytes:
+    """The listener's answer to `data` sent as is (in `pieces` writes, then the sending
+    side closed if `then_close`), up to EOF."""
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+        step = -(-len(data) // pieces)
+        for at in range(0, len(data), step):
+            s.sendall(data[at : at + step])
+            time.sleep(0.01 if pieces > 1 else 0)
+        if then_close:
+            s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+        return got
+
+
+@pytest.mark.parametrize(
+    "head, status",
+    [
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n" % (b"a" * 20_000), b"431"),
+        (b"GET /metrics HTTP/1.1\r\n\r\n", b"400"),  # HTTP/1.1 without Host
+        (b"GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n", b"400"),
+        (b"GET /metrics\r\nHost: x\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n", b"400"),
+        (b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", b"400"),
+    ],
+)
+def test_a_malformed_or_oversized_head_is_refused(listener, head, status):
+    answer = _raw(listener, head)
+    assert answer.startswith(b"HTTP/1.1 " + status)
+    assert b"Bad Name" not in answer and b"aaaa" not in answer  # the client is not quoted
+    assert refused(listener, "headers") == 1
+
+
+def test_a_report_must_state_its_length(listener):
+    body = encode_reports("gpu01", [make_report(4)])
+    chunked = (
+        b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"%s: %s\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+        % (SIGNATURE_HEADER.encode(), sign(body, SECRET).encode(), len(body), body)
+    )
+    assert _raw(listener, chunked).startswith(b"HTTP/1.1 411")
+    assert refused(listener, "size") == 1
+    assert stored(listener) == []
+
+
+def test_a_request_in_small_pieces_is_read_whole(listener):
+    body = encode_reports("gpu01", [make_report(6)])
+    request = (
+        b"POST /v1/reports?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s: %s\r\n\r\n%s"
+        % (len(body), SIGNATURE_HEADER.encode(), sign(body, SECRET).encode(), body)
+    )
+    assert _raw(listener, request, pieces=20).startswith(b"HTTP/1.1 200")
+    assert [r.job_id for r in stored(listener)] == [6]
+
+
+def test_a_client_that_closes_mid_head_or_mid_body_gets_nothing_stored(listener):
+    assert _raw(listener, b"POST /v1/reports HTTP/1.1\r\nHost: x\r\n", then_close=True) == b""
+    assert refused(listener, "headers") == 1
+    body = encode_reports("gpu01", [make_report(7)])
+    cut = b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s: %s\r\n\r\n%s" % (
+        len(body),
+        SIGNATURE_HEADER.encode(),
+        sign(body, SECRET).encode(),
+        body[:-1],
+    )
+    assert _raw(listener, cut, then_close=True) == b""
+    assert refused(listener, "incomplete") == 1
+    assert stored(listener) == []
 
 
 @pytest.mark.parametrize(
@@ -170,7 +242,7 @@ def _stall_headers(port: int) -> socket.socket:
 def _stall_body(port: int, length: int) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     head = (
-        f"POST /v1/reports HTTP/1.1\r\nContent-Length: {length}\r\n"
+        f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n"
         f"{SIGNATURE_HEADER}: {'0' * 64}\r\n\r\n"
     )
     s.sendall(head.encode() + b"{" * 1000)  # a start, then nothing

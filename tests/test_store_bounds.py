@@ -22,7 +22,7 @@ from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import WAL_LIMIT_BYTES, Store
 from slurm_ext.store.rows import JobRecord
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
@@ -140,12 +140,14 @@ def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
     if py is None or runuser is None:
         pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
     import click
+    import tomli_w
 
     root = Path(tempfile.mkdtemp(prefix="slurm-ext-pin-"))  # pytest's tmp dirs are 0700
     try:
         code = root / "code"
-        # TOML comes from the stdlib (tomllib, Python 3.11 as /usr/bin/python3 on Debian 12)
-        for pkg in (REPO / "slurm_ext", REPO / "nodeagent", Path(click.__file__).parent):
+        # TOML is read by the stdlib (tomllib, Python 3.11 as /usr/bin/python3 on Debian 12)
+        deps = [Path(click.__file__).parent, Path(tomli_w.__file__).parent]
+        for pkg in (REPO / "slurm_ext", REPO / "nodeagent", *deps):
             dest = code / pkg.name
             if pkg.is_dir():
                 shutil.copytree(pkg, dest, ignore=shutil.ignore_patterns("__pycache__"))

@@ -20,7 +20,7 @@ from slurm_ext.service.listener import ListenerLimits
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.service.metrics import ServiceMetrics, serve_http
 from slurm_ext.store.db import Store
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 from slurm_ext.userview.http import UserView
 from slurm_ext.userview.rows import free_gpus
 

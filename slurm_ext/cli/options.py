@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
+from slurm_ext.core.classes import load_classes
 from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.sim.simjob import WILLRUN_STARTS
@@ -45,6 +47,15 @@ def load_service_config(path: str | None) -> ServiceConfig:
         path = DEFAULT_CONFIG
     try:
         return load_config(ServiceConfig, path)
+    except ConfigError as exc:
+        click.echo(f"slurm-ext: config error: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+def load_service_classes(cfg: ServiceConfig) -> JobClasses:
+    """The co-location classes file the config names, or exit 2 naming it and the key."""
+    try:
+        return load_classes(cfg.classes_file)
     except ConfigError as exc:
         click.echo(f"slurm-ext: config error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
@@ -97,13 +108,15 @@ def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
 
 
 def policy_config_option(help: str) -> Callable[[F], F]:
-    """--config: a TOML file of PolicyConfig keys (read by `load_policy`)."""
+    """--config: the simulator's policy file (read by `load_policy`)."""
     return click.option("--config", "config_path", type=click.Path(), default=None, help=help)
 
 
 def load_policy(path: str | None) -> PolicyConfig:
+    """The simulator's policy file: `[policy]`'s keys, its `[tuning]` table, and the
+    simulator-only keys of Slurm's own priority (docs/simulator.md)."""
     try:
-        return load_config(PolicyConfig, path)
+        return load_config(PolicyConfig, path, simulator=True)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
 

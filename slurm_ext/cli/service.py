@@ -22,6 +22,7 @@ import click
 from slurm_ext.cli.options import (
     EXIT_CONFIG,
     config_option,
+    load_service_classes,
     load_service_config,
     open_store,
     service_client,
@@ -65,6 +66,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     from slurm_ext.userview.http import UserView
 
     cfg = load_service_config(config_path)
+    classes = load_service_classes(cfg)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
         logging.basicConfig(
             stream=sys.stderr,
@@ -121,7 +123,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             cfg.listen,
             server.server_address[1],
         )
-    service = Service(cfg, service_client(cfg), store, dry_run=dry_run, metrics=metrics)
+    service = Service(cfg, service_client(cfg), store, dry_run, metrics, classes)
     log.info(
         "service: policy=%s mode=%s interval=%.0fs store=%s%s",
         cfg.policy.policy,

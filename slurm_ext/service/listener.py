@@ -10,6 +10,9 @@ signature header must have the shape of one, the body must be at most `max_body`
 and arrive within `body_timeout_s`, and at most `max_large_bodies` bodies over
 `small_body` bytes are read at once. Only complete, well-formed requests reach the
 `workers` threads that verify, decode and store. See docs/admin-guide.md, "Failure modes".
+
+h11 parses the requests (HTTP/1.1 as RFC 9112 has it: an HTTP/1.1 request must name its
+Host); a report's body must state its Content-Length (chunked bodies are not read).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slurm_ext.core.model import JobState
@@ -91,7 +95,7 @@ class ReportListener:
         wall: Callable[[], float] = time.time,
         view=None,
     ) -> None:
-        """`view`: the user view (userview_http.UserView), or None for no view."""
+        """`view`: the user view (slurm_ext.userview.http.UserView), or None for no view."""
         self.metrics = metrics
         self.secret = secret
         self.on_reports = on_reports
@@ -116,7 +120,11 @@ class ReportListener:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, sock=self._sock, limit=self.limits.max_header_bytes)
+            # the stream buffers at most 2 x limit before it stops reading the socket:
+            # with h11's buffer (max_header_bytes), 2 x max_header_bytes for a head
+            asyncio.start_server(
+                self._handle, sock=self._sock, limit=self.limits.max_header_bytes // 2
+            )
         )
         self._ready.set()
         self._loop.run_forever()
@@ -135,79 +143,95 @@ class ReportListener:
 
     # ---- one connection ------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        lim = self.limits
-        if self.open_connections >= lim.max_connections:
+        if self.open_connections >= self.limits.max_connections:
             self._refuse("busy")
             await self._send(writer, Outcome(503, b"too many connections, retry later\n"))
             return
         self.open_connections += 1
-        large = False
         try:
-            try:
-                async with asyncio.timeout(lim.header_timeout_s):
-                    head = await reader.readuntil(b"\r\n\r\n")
-            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-                self._refuse("timeout" if isinstance(exc, TimeoutError) else "headers")
-                if not isinstance(exc, asyncio.IncompleteReadError):
-                    await self._send(writer, Outcome(408, b"incomplete request head\n"))
-                return
-            request = _parse_head(head)
-            if request is None:
-                self._refuse("headers")
-                await self._send(writer, Outcome(400, b"malformed request head\n"))
-                return
-            method, path, headers = request
-            if method == "GET" and path == "/metrics":
-                text = await self._in_pool(generate_latest, self.metrics.registry)
-                await self._send(writer, Outcome(200, text, CONTENT_TYPE_LATEST))
-                return
-            if self.view is not None and (answer := await self.view.answer(method, path)):
-                await self._send(writer, answer)
-                return
-            if method != "POST" or path != REPORTS_PATH:
-                await self._send(writer, Outcome(404, b"not found\n"))
-                return
-            peer = str((writer.get_extra_info("peername") or ("?",))[0])
-            early = self._check_before_body(headers, peer)
-            if isinstance(early, Outcome):
-                await self._send(writer, early)
-                return
-            length = early
-            if length > lim.small_body:
-                if self._large >= lim.max_large_bodies:
-                    self._refuse("busy")
-                    await self._send(writer, Outcome(503, b"busy, retry later\n"))
-                    return
-                self._large += 1
-                large = True
-            try:
-                async with asyncio.timeout(lim.body_timeout_s):
-                    body = await reader.readexactly(length)
-            except (TimeoutError, asyncio.IncompleteReadError) as exc:
-                self._refuse("timeout" if isinstance(exc, TimeoutError) else "incomplete")
-                return
-            if large:
-                self._large -= 1
-                large = False
-            signature = headers[SIGNATURE_HEADER.lower()]
-            node = headers.get(NODE_HEADER.lower(), "")
-            out = await self._in_pool(self._process, body, signature, node, peer)
-            await self._send(writer, out)
+            out = await self._serve(reader, writer)
+            if out is not None:
+                await self._send(writer, out)
         except ConnectionError:
             pass
         finally:
             self.open_connections -= 1
-            if large:
-                self._large -= 1
             writer.close()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Outcome | None:
+        """The answer to the connection's one request; None: send nothing, close."""
+        lim = self.limits
+        http = h11.Connection(h11.SERVER, max_incomplete_event_size=lim.max_header_bytes)
+        try:
+            async with asyncio.timeout(lim.header_timeout_s):
+                request = await _read_head(http, reader, lim.max_header_bytes)
+        except TimeoutError:
+            self._refuse("timeout")
+            return Outcome(408, b"incomplete request head\n")
+        except h11.RemoteProtocolError as exc:  # malformed, too large, or no Host
+            self._refuse("headers")  # (h11's message may quote the client: not sent back)
+            too_large = exc.error_status_hint == 431
+            text = b"request head too large\n" if too_large else b"malformed request head\n"
+            return Outcome(exc.error_status_hint, text)
+        if request is None:  # closed before the head was complete
+            self._refuse("headers")
+            return None
+        if not request.http_version.startswith(b"1."):  # h11 takes any x.y
+            self._refuse("headers")
+            return Outcome(400, b"malformed request head: HTTP/1.x only\n")
+        method = request.method.decode("ascii")
+        path = request.target.decode("ascii").split("?")[0]
+        if method == "GET" and path == "/metrics":
+            text = await self._in_pool(generate_latest, self.metrics.registry)
+            return Outcome(200, text, CONTENT_TYPE_LATEST)
+        if self.view is not None and (answer := await self.view.answer(method, path)):
+            return answer
+        if method != "POST" or path != REPORTS_PATH:
+            return Outcome(404, b"not found\n")
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
+        peer = str((writer.get_extra_info("peername") or ("?",))[0])
+        early = self._check_before_body(headers, peer)
+        if isinstance(early, Outcome):
+            return early
+        body = await self._read_body(http, reader, early)
+        if isinstance(body, Outcome):
+            return body
+        if body is None:
+            return None
+        signature = headers[SIGNATURE_HEADER.lower()]
+        node = headers.get(NODE_HEADER.lower(), "")
+        return await self._in_pool(self._process, body, signature, node, peer)
+
+    async def _read_body(
+        self, http: h11.Connection, reader: asyncio.StreamReader, length: int
+    ) -> bytes | Outcome | None:
+        """The body of `length` bytes; an Outcome when refused (too many large bodies in
+        flight), None when it did not all arrive in time."""
+        lim = self.limits
+        large = length > lim.small_body
+        if large and self._large >= lim.max_large_bodies:
+            self._refuse("busy")
+            return Outcome(503, b"busy, retry later\n")
+        self._large += int(large)
+        try:
+            async with asyncio.timeout(lim.body_timeout_s):
+                return await _read_data(http, reader, length, lim.small_body)
+        except (TimeoutError, EOFError, h11.RemoteProtocolError) as exc:
+            self._refuse("timeout" if isinstance(exc, TimeoutError) else "incomplete")
+            return None
+        finally:
+            self._large -= int(large)
 
     def _check_before_body(self, headers: dict[str, str], peer: str) -> Outcome | int:
         """What can be refused without reading the body; else the body's length."""
         if self.secret is None:
             self._refuse("no_secret")
             return Outcome(503, b"reports disabled: service has no report_secret_file\n")
-        raw = headers.get("content-length", "")
-        length = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 19 else -1
+        raw = headers.get("content-length", "")  # h11 checked it is digits
+        chunked = "transfer-encoding" in headers  # a length is required, chunks are not read
+        length = int(raw) if raw and not chunked and len(raw) < 19 else -1
         if not 0 < length <= self.limits.max_body:
             self._refuse("size")
             code = 413 if length > self.limits.max_body else 411
@@ -356,26 +380,40 @@ _REASONS = {
     411: "Length Required",
     413: "Payload Too Large",
     429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
     503: "Service Unavailable",
 }
 
 
-def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]] | None:
-    """(method, path without query, lower-cased headers) or None when malformed."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        return None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        return None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
+async def _read_head(
+    http: h11.Connection, reader: asyncio.StreamReader, max_bytes: int
+) -> h11.Request | None:
+    """The request line and headers, parsed by h11 (raises h11.RemoteProtocolError when
+    malformed or over `max_bytes`); None when the client closed first. Reads at most
+    `max_bytes` + 1 bytes, so h11's buffer holds no more than that."""
+    fed = 0
+    while (event := http.next_event()) is h11.NEED_DATA:
+        data = await reader.read(max_bytes + 1 - fed)
+        if not data:
             return None
-        headers[name.lower()] = value.strip()
-    return parts[0], parts[1].split("?")[0], headers
+        fed += len(data)
+        http.receive_data(data)
+    return event if isinstance(event, h11.Request) else None
+
+
+async def _read_data(
+    http: h11.Connection, reader: asyncio.StreamReader, length: int, chunk: int
+) -> bytes:
+    """The `length`-byte body after the head, read `chunk` bytes at a time (raises
+    EOFError when the client closes first)."""
+    body = bytearray()
+    while not isinstance(event := http.next_event(), h11.EndOfMessage):
+        if event is h11.NEED_DATA:
+            data = await reader.read(min(chunk, length - len(body)))
+            if not data:
+                raise EOFError
+            http.receive_data(data)
+        elif isinstance(event, h11.Data):
+            body += event.data
+    return bytes(body)
