@@ -1,6 +1,6 @@
 """Co-location live against the simulator: does the replay order the modes as simulated?
 
-    .venv/bin/python benchmarks/bench_coloc_live.py [--jobs 30] [--seed 1] [--wall 150]
+    .venv/bin/python -m benchmarks.bench_coloc_live [--jobs 30] [--seed 1] [--wall 150]
 
 One Philly-like trace (`sim.synth`, 2 nodes x 4 GPUs, load 1.0), 30 % of the 1-GPU jobs
 opportunistic (a seeded draw; wider jobs stay guaranteed, so in both the simulator and
@@ -83,6 +83,9 @@ def main() -> None:
         k = f"{klass}_avg_jct_s"
         sa, ss = sim["slurm_alone"][k], sim["shared"][k]
         la, ls = live["alone"][k], live["shared"][k]
+        if not (sa and la):  # a short trace may draw no job of the class
+            print(f"| {klass} | no jobs | | | | | | |")
+            continue
         agree = (ss < sa) == (ls < la)
         print(
             f"| {klass} | {sa:.0f} | {ss:.0f} | {ss / sa:.3f} | {la:.0f} | {ls:.0f} "

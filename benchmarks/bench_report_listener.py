@@ -1,4 +1,4 @@
-"""The service's report endpoint under a hostile, unauthenticated client (issue 15 item 1).
+"""The service's report endpoint under a hostile, unauthenticated client.
 
 Starts a local Slurm cluster and the real service (`slurm-ext serve`) on loopback, then
 holds 100 connections that never finish their request head and 20 that announce the
@@ -11,10 +11,11 @@ time (`--seconds`, default 40: past the listener's 30 s body deadline).
 
 Then the flood: one address (127.0.3.1) keeps the listener's whole cap (128 sockets)
 open, never finishing a head, and replaces each one the service answers or cuts at
-once, for `--flood-seconds` (default 10); meanwhile a node (127.0.0.2) posts signed reports 10 times a second and a user
-(127.0.0.3) asks the view 4 times a second. Prints how many of each were served and how fast.
+once, for `--flood-seconds` (default 10); meanwhile a node (127.0.0.2) posts signed
+reports 10 times a second and a user (127.0.0.3) asks the view 4 times a second.
+Prints how many of each were served and how fast.
 
-    .venv/bin/python benchmarks/bench_report_listener.py [--seconds 40] [--flood-seconds 10]
+    .venv/bin/python -m benchmarks.bench_report_listener [--seconds 40] [--flood-seconds 10]
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Service pass cost on a recorded-size snapshot: 50,000 pending + 5,000 running jobs.
 
-Measures (a) policy + diff alone (rank, value assignment, change set), the issue's
+Measures (a) policy + diff alone (rank, value assignment, change set), the
 target (< 1 s); (b) a whole pass through `Service.run_pass` with the SQLite store and a
 replay client that records writes instead of calling Slurm; (c) writes per pass when
 only a few jobs change. Prints a table of absolute figures (wall and CPU seconds: on a
 shared machine the CPU seconds are the steadier figure) and ratios to the targets.
 
-    .venv/bin/python benchmarks/bench_service.py [--pending 50000] [--running 5000]
+    .venv/bin/python -m benchmarks.bench_service [--pending 50000] [--running 5000]
 
 `--site-weight W` runs (b) and (c) with `policy.fairshare_site_weight` W: the service
 writes the composed SiteFactor (W x the index share) and orders by Slurm's priority

@@ -144,8 +144,8 @@ def service_toml(root: Path, slurm_conf: Path, port: int, secret: Path) -> str:
         f'interval_s = 2.0\nstore = "{root}/service.db"\nport = {port}\n'
         f'report_secret_file = "{secret}"\nplacement = true\npreemption = "requeue"\n'
         f'[slurm]\nbackend = "cli"\nslurm_conf = "{slurm_conf}"\n'
-        '[policy]\npolicy = "gittins"\nqueue_thresholds_gpu_s = [20.0, 200.0]\n'
-        "starvation_factor = 4.0\nmin_run_s = 30.0\n"
+        '[policy]\npolicy = "gittins"\nmin_run_s = 30.0\n'
+        "[policy.tuning]\nqueue_thresholds_gpu_s = [20.0, 200.0]\nstarvation_factor = 4.0\n"
     )
 
 

@@ -26,7 +26,6 @@ from slurm_ext.testing.snapshot_client import ReplayClient
 POLICIES = [
     PolicyConfig(),  # gittins, GPU classes and kinds
     PolicyConfig(starvation_factor=2.0, wait_guard_factor=3.0),  # promotions, guard
-    PolicyConfig(wait_guard_factor=2.0, wait_guard="age"),
     PolicyConfig(policy="las", starvation_factor=2.0),
     PolicyConfig(policy="fifo"),
     PolicyConfig(policy="multifactor"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ext.core import tomlio
-from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.config import ConfigError, load_config, to_table
 from slurm_ext.replay.service import write_config
 from slurm_ext.service.loop import ServiceConfig
 
@@ -24,7 +23,7 @@ def test_a_toml_1_0_config_loads(tmp_path: Path) -> None:
     path.write_text(
         'partitions = ["gpu"]\n'
         'slurm.backend = "cli"\n'
-        "policy.queue_thresholds_gpu_s = [3600, 14400.5, 57600, 230400]\n"
+        "policy.tuning.queue_thresholds_gpu_s = [3600, 14400.5, 57600, 230400]\n"
     )
     cfg = load_config(ServiceConfig, path)
     assert cfg.slurm.backend == "cli"
@@ -45,8 +44,10 @@ def test_the_writer_round_trips_what_replay_writes(tmp_path: Path) -> None:
     assert data["partitions"] == ["gpu"] and data["preemption"] == "requeue"
     assert data["slurm"] == {"backend": "cli", "slurm_conf": "/tmp/x/slurm.conf", "timeout_s": 10.0}
     cfg = load_config(ServiceConfig, path)  # the service accepts it as it is
-    assert cfg.policy.gittins_kinds == data["policy"]["gittins_kinds"]
-    assert dataclasses.asdict(cfg.policy) == data["policy"]
+    assert cfg.policy.gittins_kinds == data["policy"]["tuning"]["gittins_kinds"]
+    assert to_table(cfg.policy) == data["policy"]
+    assert data["policy"]["tuning"]["queue_thresholds_gpu_s"] == cfg.policy.queue_thresholds_gpu_s
+    assert "gittins_index" not in data["policy"] and "fairshare_weight" not in data["policy"]
 
 
 def test_the_writer_round_trips_awkward_values() -> None:

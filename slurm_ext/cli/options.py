@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 import click
 
 from slurm_ext.cli.output import safe
+from slurm_ext.core.classes import load_classes
 from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.sim.simjob import WILLRUN_STARTS
@@ -56,6 +58,15 @@ def load_service_config(path: str | None) -> ServiceConfig:
         return load_config(ServiceConfig, config_file(path))
     except ConfigError as exc:
         click.echo(f"slurm-ext: config error: {safe(str(exc))}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+def load_service_classes(cfg: ServiceConfig) -> JobClasses:
+    """The co-location classes file the config names, or exit 2 naming it and the key."""
+    try:
+        return load_classes(cfg.classes_file)
+    except ConfigError as exc:
+        click.echo(f"slurm-ext: config error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
 
 
@@ -106,13 +117,15 @@ def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
 
 
 def policy_config_option(help: str) -> Callable[[F], F]:
-    """--config: a TOML file of PolicyConfig keys (read by `load_policy`)."""
+    """--config: the simulator's policy file (read by `load_policy`)."""
     return click.option("--config", "config_path", type=click.Path(), default=None, help=help)
 
 
 def load_policy(path: str | None) -> PolicyConfig:
+    """The simulator's policy file: `[policy]`'s keys, its `[tuning]` table, and the
+    simulator-only keys of Slurm's own priority (docs/simulator.md)."""
     try:
-        return load_config(PolicyConfig, path)
+        return load_config(PolicyConfig, path, simulator=True)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
 

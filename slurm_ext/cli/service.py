@@ -25,6 +25,7 @@ from slurm_ext.cli.options import (
     EXIT_CONFIG,
     config_file,
     config_option,
+    load_service_classes,
     load_service_config,
     open_store,
     private_data,
@@ -70,6 +71,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     from slurm_ext.service.reachability import warn_if_reports_unreachable
 
     cfg = load_service_config(config_path)
+    classes = load_service_classes(cfg)
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
         logging.basicConfig(
             stream=sys.stderr,
@@ -100,7 +102,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     server = view = None
     if cfg.port and not once:
         server, view = _start_listener(cfg, config_path, metrics, secret)
-    service = Service(cfg, service_client(cfg), store, dry_run=dry_run, metrics=metrics)
+    service = Service(cfg, service_client(cfg), store, dry_run, metrics, classes)
     log.info(
         "service: policy=%s mode=%s interval=%.0fs store=%s%s",
         cfg.policy.policy,

@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
+from slurm_ext.core.fields import choices
+
+# a job's co-location class (`JobClasses`; policy/colocation.py decides by it)
+GUARANTEED = "guaranteed"
+OPPORTUNISTIC = "opportunistic"
+
 
 class JobState(str, Enum):
     PENDING = "PENDING"
@@ -229,3 +235,30 @@ class Completed(NamedTuple):
     name: str = ""
     account: str = ""
     time_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class JobClasses:
+    """Which jobs are opportunistic (may share a GPU, paused when they slow a guaranteed
+    job) and which guaranteed, from Slurm's QOS and partition, never from the job's own
+    word: the classes file both the node agents and the service read
+    (`slurm_ext.core.classes`; `policy.colocation.classify` applies it). QOS decides
+    first, then partition (a job in several: opportunistic if one is listed so), then
+    `default_class`."""
+
+    opportunistic_qos: tuple[str, ...] = ("opportunistic", "scavenger")
+    guaranteed_qos: tuple[str, ...] = ()
+    opportunistic_partitions: tuple[str, ...] = ()
+    guaranteed_partitions: tuple[str, ...] = ()
+    default_class: str = choices(GUARANTEED, OPPORTUNISTIC, default=GUARANTEED)
+
+    def __post_init__(self) -> None:
+        for kind in ("qos", "partitions"):
+            both = set(getattr(self, f"opportunistic_{kind}")) & set(
+                getattr(self, f"guaranteed_{kind}")
+            )
+            if both:
+                raise ValueError(
+                    f"opportunistic_{kind} and guaranteed_{kind} both list "
+                    f"{', '.join(sorted(both))}: a {kind.rstrip('s')} has one class"
+                )

@@ -17,7 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.core.model import Decision, Job, JobView, Node
+from slurm_ext.core.classes import load_classes
+from slurm_ext.core.model import Decision, Job, JobClasses, JobView, Node
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.service.config import ServiceConfig, SlurmSection
@@ -91,8 +92,11 @@ class Service:
         store: Store,
         dry_run: bool = False,
         metrics=None,
+        classes: JobClasses | None = None,
     ) -> None:
+        """`classes`: the co-location classes (default: read from `config.classes_file`)."""
         self.config = config
+        self.classes = classes if classes is not None else load_classes(config.classes_file)
         self.client = client
         self.writes = SlurmWrites(client, config.mode)
         self.store = store
@@ -142,7 +146,7 @@ class Service:
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
             active = [j for j in jobs if j.state.active and self.managed(j)]
-            decisions = self._rank(active, records, now, sum(n.gpus for n in nodes))
+            decisions = self._rank(active, records, now)
             res.decisions, res.ranked = decisions, len(decisions)
             by_id = {j.job_id: j for j in active}
             if self.config.composes:  # the order Slurm applies, with the site factors
@@ -181,11 +185,10 @@ class Service:
         return records, stored
 
     def _rank(
-        self, active: Sequence[Job], records: dict[int, JobRecord], now: float, gpus: int
+        self, active: Sequence[Job], records: dict[int, JobRecord], now: float
     ) -> list[Decision]:
         """The policy's order of the managed active jobs: the simulator's `rank`, redoing
-        only what changed since the last pass (`slurm_ext.service.rank_cache`); `gpus`: the
-        cluster's, which the wait guard's budget is a share of."""
+        only what changed since the last pass (`slurm_ext.service.rank_cache`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
         views = []
         reused: dict[int, tuple[tuple, JobView]] = {}
@@ -202,11 +205,11 @@ class Service:
             reused[job.job_id] = last
             views.append(last[1])
         self._views = reused  # waiting jobs' views, for the next pass
-        # gittins_index "auto": the whole-job index unless this service preempts
+        # the whole-job index unless this service preempts (`for_preemption`)
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         # composed: rank by the index alone; `site_factors.compose` adds Slurm's priority
         plain = replace(policy, fairshare_site_weight=0.0) if self.config.composes else policy
-        decisions = self._ranker.rank(views, now, plain, history or None, gpus)
+        decisions = self._ranker.rank(views, now, plain, history or None)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 
@@ -262,6 +265,7 @@ class Service:
                 self.store.reports,
                 res.started_at,
                 self.config.opportunistic,
+                self.classes,
                 lambda job_id: self.writes.call(res, self.client.requeue, job_id),
             )
         except SlurmUnavailable as exc:

@@ -39,7 +39,6 @@ from operator import itemgetter
 
 from slurm_ext.core.model import Completed, JobView
 from slurm_ext.policy import GittinsTable, PolicyConfig, build_table, spread_slowdown
-from slurm_ext.policy.guard_budget import Due, budgeted
 from slurm_ext.policy.guards import wait_guarded
 from slurm_ext.policy.kinds import Choice
 from slurm_ext.policy.placement import min_nodes
@@ -75,7 +74,7 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         on_pass: Callable[[Simulator, float], None] | None = None,
         progress: Callable[[int, int, float], None] | None = None,
     ) -> None:
-        # gittins_index "auto": the whole-job index when this cluster does not preempt
+        # the whole-job index when this cluster does not preempt (`for_preemption`)
         self.cfg, self.cl = policy.for_preemption(cluster.preemptive), cluster
         self.on_pass, self.progress = on_pass, progress
         trace_jobs = list(trace)
@@ -105,12 +104,6 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         self.clocked: dict[int, float] = {}
         self.table: GittinsTable | None = None
         self.choices: dict[SimJob, Choice] = {}  # each job's kind tables (sim/keys.py)
-        # the wait guard's budget (sim/keys.py `_held`): the pending jobs it is due for,
-        # the ids it lifts, and whether the due set changed since they were chosen
-        self.budget = budgeted(self.cfg)
-        self.due: dict[SimJob, Due] = {}
-        self.guard_lifts: set[int] = set()
-        self.guard_dirty = False
         if policy.policy == "gittins" and self.history:
             self.table = build_table(list(self.history), self.cfg)
         # Slurm's fair-share usage per user, when keys read it (policy/fairshare.py)
@@ -298,8 +291,6 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         greedy = self.cl.scheduler == "greedy"
         idx = self.idx
         while True:
-            if self.guard_dirty:  # the budget's lifts, before each choice
-                self._apply_budget(now)
             tops = []
             for b, heap in self.pending.items():
                 if b not in blocked:
@@ -346,10 +337,6 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
                 cfg, self.table, now, job.gpus, job.attained, job.waiting_since,
                 job.user, job.name, job.account, job.limit,
             )  # fmt: skip
-            if self.budget:  # only a job the budget lifted (the service: `guarded`)
-                promoted = promoted and job.id in self.guard_lifts
-        if self.budget and self.due.pop(job, None) is not None:
-            self.guard_dirty = True
         job.begin_stint(now, promoted)
         self.cluster.take(job, alloc)
         self.pending_ver += 1  # it leaves the pending set

@@ -18,13 +18,10 @@ from math import nextafter
 from typing import TYPE_CHECKING
 
 from slurm_ext.policy import build_table
-from slurm_ext.policy.guard_budget import budget_lifts, owner
-from slurm_ext.policy.guards import guard_deadline
 from slurm_ext.policy.ranking import key_and_change
 from slurm_ext.sim.clearing import ABOVE_ALL
 
 if TYPE_CHECKING:
-    from slurm_ext.policy.gittins import GittinsTable
     from slurm_ext.sim.engine import Simulator
     from slurm_ext.sim.simjob import SimJob
 
@@ -67,7 +64,6 @@ class KeyedQueues:
             own = choice.pick(attained)
             if own.samples:  # the same key from its own table (no kinds: read as is)
                 table = own
-        held = self.budget and not running and self._held(job, table, now, attained)
         key, after = key_and_change(
             self.cfg,
             table,
@@ -87,7 +83,6 @@ class KeyedQueues:
             job.account,
             job.limit,
             fs,
-            held,
         )
         if not wake or key != old:
             job.key = key
@@ -137,49 +132,10 @@ class KeyedQueues:
         heapify(heap)
         self.running_cap = max(RUNNING_MIN, 2 * len(heap))
 
-    def _held(
-        self: Simulator, job: SimJob, table: GittinsTable | None, now: float, attained: float
-    ) -> bool:
-        """Whether the wait guard's budget holds this waiting job back (policy/
-        guard_budget.py): files it among the jobs the guard is due for, or takes it out;
-        a change there marks the budget for `_apply_budget` before the next choice."""
-        deadline = guard_deadline(
-            self.cfg, table, job.gpus, attained, job.waiting_since,
-            job.user, job.name, job.account, job.limit,
-        )  # fmt: skip
-        due = self.due
-        if deadline <= now:
-            entry = (deadline, job.id, job.gpus, owner(self.cfg, job.user))
-            if due.get(job) != entry:
-                due[job] = entry
-                self.guard_dirty = True
-            return job.id not in self.guard_lifts
-        if due.pop(job, None) is not None:
-            self.guard_dirty = True
-        return False
-
-    def _apply_budget(self: Simulator, now: float) -> None:
-        """Recompute which due jobs the guard lifts (`budget_lifts`, once per change of
-        the due set, not per event) and re-key those whose lift changed."""
-        self.guard_dirty = False
-        lifts = budget_lifts(self.due.values(), self.total_gpus, self.cfg.wait_guard_budget)
-        changed = sorted(lifts ^ self.guard_lifts)
-        self.guard_lifts = lifts
-        for job_id in changed:
-            job = self.by_id[job_id]
-            if not job.running and job.finish is None:
-                self._rekey(job, now)
-
     def _refresh_table(self: Simulator, now: float) -> None:
         active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
         active += [e[3] for e in self.running if e[1] == e[3].key_ver]
-        censored = None
-        if self.cfg.gittins_censored:  # what rank() would read off the active views
-            censored = [
-                (j.gpus, j.attained + j.gpus * (now - j.start) if j.running else j.attained)
-                for j in active
-            ]
-        self.table = build_table(list(self.history), self.cfg, censored, lazy=True)
+        self.table = build_table(list(self.history), self.cfg, lazy=True)
         self.choices.clear()
         self.since_refresh = 0
         self.pending = {}

@@ -43,9 +43,6 @@ class Preemption:
         For a job that must consolidate the clearing tables (sim/clearing.py) pick the
         same victims faster.
         """
-        if job.must_consolidate and self.cl.spread_victims:
-            # the live service's choice (it reads the job as free to spread), Slurm's start
-            return self._requeue_below(job, now, spread=True)
         if job.must_consolidate and self.cl.max_requeues_per_pass > 0:
             # the service's cap (its worst `cap` victims a pass) is not in the tables
             victims = self._rule_victims(job, now)
@@ -70,14 +67,11 @@ class Preemption:
             return alloc
         return self._requeue_below(job, now)
 
-    def _requeue_below(
-        self: Simulator, job: SimJob, now: float, spread: bool = False
-    ) -> list[tuple[str, int]] | None:
-        """Requeue the victims the rule picks off the running heap for `job`, read as a
-        job that need not consolidate (`spread`: one that must, as the live service reads
-        it: `SimConfig.spread_victims`); its GPUs where it fits now, else None."""
+    def _requeue_below(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+        """Requeue the victims the rule picks off the running heap for `job`, a job that
+        need not consolidate; its GPUs where it fits now, else None."""
         popped: list[tuple] = []
-        victims = self._victims(job, self._pop_below(job, now, popped), now, spread)
+        victims = self._victims(job, self._pop_below(job, now, popped), now)
         gone = set(victims)
         for entry in popped:
             if entry[3].id in gone:
@@ -87,7 +81,7 @@ class Preemption:
         if not victims:
             self.no_room[job.id] = (job.key_ver, self.epoch)
             return None
-        # Slurm starts it only where it fits as asked: a spread choice may leave no room
+        # Slurm starts it only where it fits as asked
         cpus = self.cluster.cpus(job.cpus_per_gpu)
         return choose_gpus(self.idx, job.gpus, job.must_consolidate, cpus)
 
@@ -132,15 +126,13 @@ class Preemption:
         )
 
     def _victims(
-        self: Simulator, job: SimJob, below: Iterable[RunningJob], now: float, spread: bool = False
+        self: Simulator, job: SimJob, below: Iterable[RunningJob], now: float
     ) -> list[int]:
-        """`choose_victims` on the simulator's state (the one rule the service uses too);
-        `spread`: for `job` read as free to take GPUs on any nodes."""
+        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
         gain = None
         if self.cfg.preemption_cost:
             gain = job.gpus * (now - job.waiting_since)
-        consolidate = job.must_consolidate and not spread
-        waiting = WaitingJob(job.id, job.gpus, consolidate, job.cpus_per_gpu, gain)
+        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu, gain)
         victims = choose_victims(
             waiting,
             below,

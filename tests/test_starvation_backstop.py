@@ -1,11 +1,12 @@
-"""The starvation guard as the wait guard's backstop (`starvation_scope`), in the policy,
-the service's promoted flag and the simulator's stint marking alike.
+"""The starvation guard as the wait guard's backstop, in the policy, the service's
+promoted flag and the simulator's stint marking alike.
 
 A requeued job whose Gittins index the wait guard can scale is left to the wait guard;
 Tiresias' STARVELIMIT (waited >= starvation_factor x last stint -> queue 0, a fresh
 quantum, and with wait_guard_keep the guard's rank for the stint it starts) lifts only a
 job the wait guard cannot judge: index 0 (it outlived every completion in its table), no
-history, or the wait guard off. "all" is the old rule, both guards on every requeued job.
+history, or the wait guard off. (Tiresias' rule, both guards on every requeued job,
+was the `starvation_scope = "all"` setting, since removed.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ REQUEUED, FRESH = 1, 2
 NOW = 14_000.0  # the requeued job waited 9,000 s >= 2 x its 4,000 s stint
 
 
-def _cfg(scope: str, wait_guard_factor: float = 1000.0) -> PolicyConfig:
+def _cfg(wait_guard_factor: float = 1000.0) -> PolicyConfig:
     # a wait guard far off (1000 x predicted run), so only the starvation guard can lift
     return PolicyConfig(
         gittins_kinds=[],
@@ -33,7 +34,6 @@ def _cfg(scope: str, wait_guard_factor: float = 1000.0) -> PolicyConfig:
         gittins_index="quantum",
         queue_thresholds_gpu_s=[100.0],
         starvation_factor=2.0,
-        starvation_scope=scope,
         wait_guard_factor=wait_guard_factor,
         min_run_s=0.0,
     )
@@ -76,7 +76,7 @@ def simulator(cfg: PolicyConfig, attained: float) -> tuple[list[int], set[int]]:
 
 
 def test_backstop_leaves_a_job_the_wait_guard_can_judge_to_the_wait_guard():
-    cfg = _cfg("backstop")
+    cfg = _cfg()
     order, marked = service(cfg, 4000.0)
     # not lifted: its attained service keeps it in queue 1, behind the fresh job
     assert order == [FRESH, REQUEUED] and marked == set()
@@ -85,21 +85,11 @@ def test_backstop_leaves_a_job_the_wait_guard_can_judge_to_the_wait_guard():
     assert simulator(cfg, 4000.0) == (order, marked)
 
 
-def test_all_is_tiresias_both_guards_on_every_requeued_job():
-    cfg = _cfg("all")
-    order, marked = service(cfg, 4000.0)
-    assert order == [REQUEUED, FRESH] and marked == {REQUEUED}
-    d = rank(_views(4000.0), NOW, cfg, HISTORY)[0]
-    assert d.promoted and d.queue == 0
-    assert "promoted to queue 0: waited 9000 s >= 2 x last run 4000 s" in d.reason
-    assert simulator(cfg, 4000.0) == (order, marked)
-
-
 def test_backstop_still_lifts_a_job_that_outlived_its_history():
     # 70,000 GPU-s attained, past every completion (and grid cell): index 0, the wait guard never lifts it
-    # (lifted to queue 0, where its index 0 still ranks it behind the fresh job, as
-    # under "all": the queue is what the starvation guard changes)
-    cfg = _cfg("backstop")
+    # (lifted to queue 0, where its index 0 still ranks it behind the fresh job: the
+    # queue is what the starvation guard changes)
+    cfg = _cfg()
     order, marked = service(cfg, 70_000.0)
     assert marked == {REQUEUED}
     d = next(x for x in rank(_views(70_000.0), NOW, cfg, HISTORY) if x.job_id == REQUEUED)
@@ -110,21 +100,21 @@ def test_backstop_still_lifts_a_job_that_outlived_its_history():
     assert not early.promoted and early.queue == 1
 
 
-@pytest.mark.parametrize("scope", ["backstop", "all"])
-def test_without_the_wait_guard_the_starvation_guard_covers_every_requeued_job(scope):
-    cfg = _cfg(scope, wait_guard_factor=0.0)
+def test_without_the_wait_guard_the_starvation_guard_covers_every_requeued_job():
+    cfg = _cfg(wait_guard_factor=0.0)
     order, marked = service(cfg, 4000.0)
     assert order == [REQUEUED, FRESH] and marked == {REQUEUED}
+    d = rank(_views(4000.0), NOW, cfg, HISTORY)[0]
+    assert d.promoted and d.queue == 0
+    assert "promoted to queue 0: waited 9000 s >= 2 x last run 4000 s" in d.reason
     assert simulator(cfg, 4000.0) == (order, marked)
 
 
 def test_without_history_the_starvation_guard_covers_every_requeued_job():
-    decisions = rank(_views(4000.0), NOW, _cfg("backstop"))  # 2D-LAS, no index
+    decisions = rank(_views(4000.0), NOW, _cfg())  # 2D-LAS, no index
     assert [d.job_id for d in decisions] == [REQUEUED, FRESH] and decisions[0].promoted
 
 
-def test_starvation_scope_is_checked():
-    with pytest.raises(ConfigError, match="starvation_scope"):
-        from_dict(PolicyConfig, {"starvation_scope": "some"}, None)
-    assert from_dict(PolicyConfig, {"starvation_scope": "all"}, None).starvation_scope == "all"
-    assert PolicyConfig().starvation_scope == "backstop"
+def test_the_removed_starvation_scope_is_refused_saying_what_replaced_it():
+    with pytest.raises(ConfigError, match='starvation_scope: removed.*as "backstop" did'):
+        from_dict(PolicyConfig, {"starvation_scope": "all"}, None)

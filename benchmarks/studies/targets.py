@@ -1,10 +1,10 @@
-"""Issue 16's target table, per seed, against Slurm alone on the Slurm scheduler model.
+"""The target table, per seed, against Slurm alone on the Slurm scheduler model.
 
 Traces: `sim.users.synth_user_jobs` (recurring users), 64 GPUs (8 x 8), offered load
 --load, the simulator's Slurm model (`scheduler = "slurm"`: main scheduler + backfill
 with reservations from time limits); --flood N adds a user who floods the queue with N
 short 1-GPU jobs in 10 bursts (`sim.users.with_flooder`). Per seed it runs:
-  slurm      Slurm alone as issue 16 defines it for avg JCT: fifo, no preemption
+  slurm      Slurm alone, the yardstick for avg JCT: fifo, no preemption
              (`--policy fifo --scheduler slurm --no-preemptive`, ratio 1)
   fs         Slurm alone with its fair-share factor on: policy "fairshare"
              (multifactor, age + classic fair-share, policy/fairshare.py), no
@@ -30,12 +30,12 @@ and 8-GPU jobs and the GPUs idle for fragmentation (slurm, np; `Measured`).
 nodes then best fit, a job waits rather than take more nodes than it needs; spread:
 any node set, the largest free nodes first and the last one best fit).
 
-    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --jobs 2000
-    .venv/bin/python benchmarks/bench_targets.py --seeds 7-12 --set '{"max_preemptions": 20}'
-    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --flood 600 --only np
-    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --frag --only np --placement spread
-    .venv/bin/python benchmarks/bench_targets.py --seeds 1-6 --only np --model flat
-    .venv/bin/python benchmarks/bench_targets.py --seeds 1-12 --only fs2,np --min-jobs 20
+    .venv/bin/python -m benchmarks.studies.targets --seeds 1-6 --jobs 2000
+    .venv/bin/python -m benchmarks.studies.targets --seeds 7-12 --set '{"max_preemptions": 20}'
+    .venv/bin/python -m benchmarks.studies.targets --seeds 1-6 --flood 600 --only np
+    .venv/bin/python -m benchmarks.studies.targets --seeds 1-6 --frag --only np --placement spread
+    .venv/bin/python -m benchmarks.studies.targets --seeds 1-6 --only np --model flat
+    .venv/bin/python -m benchmarks.studies.targets --seeds 1-12 --only fs2,np --min-jobs 20
 --model flat runs `sim.synth` traces (jobs drawn independently, limits from
 `fill_time_limits`) instead of recurring users, to check a rule on another shape.
 """

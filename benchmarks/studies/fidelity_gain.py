@@ -1,8 +1,8 @@
 """Pooled verdict on a mode's gain over Slurm alone across kept paired live runs.
 
-    .venv/bin/python benchmarks/fidelity_gain.py users1=DIR1 users1=DIR2 users3=DIR3 ...
+    .venv/bin/python -m benchmarks.studies.fidelity_gain users1=DIR1 users1=DIR2 users3=DIR3 ...
 
-Each argument is TRACE=DIR, DIR a bench_fidelity.py --workdir whose DIR/TRACE/<mode>/
+Each argument is TRACE=DIR, DIR a fidelity.py --workdir whose DIR/TRACE/<mode>/
 row.json holds a live replay's summary for both modes (one paired run: the same trace
 replayed once per mode, one after the other). Prints per run the live avg JCTs and the
 ratio mode / base, then over all runs: the mean of the ratios, their geometric mean, the

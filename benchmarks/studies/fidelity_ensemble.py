@@ -1,8 +1,8 @@
-"""The simulated side of a fidelity check as a distribution (used by bench_fidelity.py).
+"""The simulated side of a fidelity check as a distribution (used by fidelity.py).
 
 A live replay and its simulation are both chaotic: one threshold decision or one
-reservation taken a wall second earlier moves a whole run (docs/benchmarks.md, "Live
-replay fidelity"). So one simulated run cannot say whether one live run is within 10 %.
+reservation taken a wall second earlier moves a whole run (docs/benchmarks.md, "Simulator
+fidelity"). So one simulated run cannot say whether one live run is within 10 %.
 The ensemble simulates each live run N times, each with a seeded draw of what the replay
 cannot control and the simulator takes as fixed; the draws are inputs, the simulator's
 defaults and decisions are untouched:
@@ -25,7 +25,7 @@ defaults and decisions are untouched:
           simulator's own, at multiples of the pass period after the shift) and its JCT
           counted from its real arrival (`Member.ranked_after`): an upper bound, since
           live backfill may still start an unranked job that delays no one.
-A run recorded without its slurmctld log (before session 6) gets the shift only: its
+A run recorded without its slurmctld log (the oldest kept runs) gets the shift only: its
 sacct stamps' spread is the clock's, not the launch's or the submits'.
 """
 

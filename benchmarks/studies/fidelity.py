@@ -1,16 +1,16 @@
 """Simulator fidelity: each trace replayed live on Slurm (slurm-ext replay) and simulated.
 
-    .venv/bin/python benchmarks/bench_fidelity.py          # quick (make bench): tiresias60 at 30x, ~6 min
-    .venv/bin/python benchmarks/bench_fidelity.py --full   # synth1, synth2, tiresias60 at auto speedup, ~1 h
-    .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 150 --modes slurm,service
+    .venv/bin/python -m benchmarks.studies.fidelity          # quick: tiresias60 at 30x, ~6 min
+    .venv/bin/python -m benchmarks.studies.fidelity --full   # synth1, synth2, tiresias60, ~1 h
+    .venv/bin/python -m benchmarks.studies.fidelity --traces synth1 --jobs 150 --modes slurm,service
 
-    .venv/bin/python benchmarks/bench_fidelity.py --traces synth1 --jobs 100 --speedup 1500 \
+    .venv/bin/python -m benchmarks.studies.fidelity --traces synth1 --jobs 100 --speedup 1500 \
         --live-from DIR   # simulate again against the live rows an earlier --workdir DIR kept
 
-    # issue 13's 10 % read on means: 3 live runs per cell, each simulated 50 times perturbed
-    .venv/bin/python benchmarks/bench_fidelity.py --traces synth2 --jobs 100 --speedup 1500 \
+    # the 10 % target read on means: 3 live runs per cell, each simulated 50 times perturbed
+    .venv/bin/python -m benchmarks.studies.fidelity --traces synth2 --jobs 100 --speedup 1500 \
         --modes slurm,service --repeats 3 --sim-ensemble 50 --workdir DIR
-    .venv/bin/python benchmarks/bench_fidelity.py ... --live-from D1,D2,D3 --sim-ensemble 50
+    .venv/bin/python -m benchmarks.studies.fidelity ... --live-from D1,D2,D3 --sim-ensemble 50
 
 Traces: seeded synthetic ones (`synthN`: slurm_ext.sim.synth.synth_jobs, N the seed,
 --jobs jobs, offered load --load on the cluster's GPUs), recurring users' ones
@@ -42,12 +42,7 @@ whole wall second after a submit (`sched_tick_s` = 1 wall s x speedup; a job end
 at once; --no-sched-tick leaves it out), and cons_tres's node choice by free cores, a
 core per job on the replay's 16-core nodes (`fit_cores`, sim.corefit; --gpu-fit leaves
 it out), and backfill's reservations of whole nodes (`bf_whole_nodes`; --gpu-resv
-leaves it out). Runs recorded before session 9 need --spread-victims: their service
-read a waiting replay job as free to spread over any nodes (its default placement mode
-consolidates only network-sensitive hints) while Slurm starts it on its -N nodes, so it
-requeued victims that freed no room (`spread_victims`); since then the service clears
-a node for a per-node request (`policy.placement.asks_fewest_nodes`). The service
-modes rank with the policy the run's service ran, read from its service.toml (settings
+leaves it out). The service modes rank with the policy the run's service ran, read from its service.toml (settings
 added since it ran take their earlier behaviour: fidelity_policy.py; --default-policy
 takes today's defaults). The simulated spread over
 the pass period x0.9-1.1 shows how much one run's timing can move a cell. Per mode,
@@ -76,15 +71,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import fidelity_args
-import fidelity_ctld
-import fidelity_jobs
-import fidelity_policy
-from fidelity_ensemble import PERTURBATIONS, Draws, Spread, perturb
-from fidelity_tables import Cell, print_runs, print_summary
-
-from slurm_ext.policy import PolicyConfig, network_sensitive
-from slurm_ext.policy.placement import consolidate_for
+from benchmarks.studies import fidelity_args, fidelity_ctld, fidelity_jobs, fidelity_policy
+from benchmarks.studies.fidelity_ensemble import PERTURBATIONS, Draws, Spread, perturb
+from benchmarks.studies.fidelity_tables import Cell, print_runs, print_summary
+from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode
 from slurm_ext.replay.plan import auto_speedup, plan
 from slurm_ext.replay.run import Interrupted
@@ -99,7 +89,7 @@ from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob, read_trace
 from slurm_ext.sim.users import synth_user_jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIRESIAS_60 = (
     ROOT / "tests" / "data" / "tiresias-60job.csv",
     ROOT.parent / "shared" / "traces" / "tiresias-60job.csv",
@@ -197,11 +187,6 @@ def sim_inputs(
         # the service requeues for its best waiting job once a pass, at most its cap
         one_preemption_per_pass=True,
         max_requeues_per_pass=ServiceConfig().max_requeues_per_pass,
-        # before session 9 it picked victims as if the waiting job could spread: its
-        # placement mode ("profile") consolidates only network-sensitive model hints, a
-        # replay's jobs carry none, and Slurm still starts each on its -N nodes
-        spread_victims=args.spread_victims
-        and not consolidate_for(ServiceConfig().placement_mode, network_sensitive(None)),
         checkpoint_interval_s=args.checkpoint_interval,
         restart_overhead_s=max(launch_wall_s, 0.0) * speedup,  # a restart is a launch
         requeue_delay_s=REQUEUE_HOLD_S * speedup if args.requeue_hold else 0.0,

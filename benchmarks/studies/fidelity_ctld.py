@@ -1,4 +1,4 @@
-"""A replay's timings from its own logs (used by bench_fidelity.py): the service's pass
+"""A replay's timings from its own logs (used by fidelity.py): the service's pass
 period from its log, and submits, starts and ends to the millisecond from slurmctld's.
 
 sacct's records carry whole seconds: at speedup 1,500 each stamp is known to 1,500 trace s,

@@ -1,4 +1,4 @@
-"""Job by job: where a live replay and its simulation part (used by bench_fidelity.py).
+"""Job by job: where a live replay and its simulation part (used by fidelity.py).
 
 Live, from the replay's records.json (Slurm's own records: submit and runs, epoch
 seconds); simulated, from the simulator's jobs. Both in trace seconds from each job's

@@ -1,10 +1,10 @@
-"""Predict a live replay before running it: bench_fidelity.py's simulator settings, no replay.
+"""Predict a live replay before running it: fidelity.py's simulator settings, no replay.
 
-    .venv/bin/python benchmarks/fidelity_predict.py --traces users2,users3 --jobs 200 \
+    .venv/bin/python -m benchmarks.studies.fidelity_predict --traces users2,users3 --jobs 200 \
         --modes slurm,service --speedup 600 --sim-ensemble 20 --prior DIR --prior-trace users1
 
 A live replay is a test of the simulator only if its prediction is written down first.
-This simulates each trace and mode exactly as bench_fidelity.py would simulate a live
+This simulates each trace and mode exactly as fidelity.py would simulate a live
 run of it (`sim_inputs`, same options), except for what only a live run measures: the
 service's pass period is the replay's configured one, and the launch overhead and submit
 lags are drawn from `--prior`, a kept live run of another trace (`--prior-trace`, with
@@ -23,10 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-import bench_fidelity
-import fidelity_ctld
-from fidelity_ensemble import Draws, mean, perturb
-
+from benchmarks.studies import fidelity, fidelity_ctld
+from benchmarks.studies.fidelity_ensemble import Draws, mean, perturb
 from slurm_ext.replay.plan import auto_speedup
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.timelimits import fill_time_limits
@@ -44,7 +42,7 @@ def prior_draws(
     dirs = sorted(d for d in prior.iterdir() if (d / "row.json").exists())
     if not dirs:
         raise SystemExit(f"--prior: no live run under {prior} (expected <mode>/row.json)")
-    trace = bench_fidelity.load_trace(args.prior_trace, args.jobs, gpus, args.load, args.users)
+    trace = fidelity.load_trace(args.prior_trace, args.jobs, gpus, args.load, args.users)
     if trace is None:
         raise SystemExit(f"--prior-trace {args.prior_trace!r} not found")
     trace = fill_time_limits(trace, args.seed)
@@ -55,7 +53,7 @@ def prior_draws(
 
 
 def predict(args: argparse.Namespace, name: str, modes: list[str], gpus: int) -> None:
-    trace = bench_fidelity.load_trace(name, args.jobs, gpus, args.load, args.users)
+    trace = fidelity.load_trace(name, args.jobs, gpus, args.load, args.users)
     if trace is None:
         return
     trace = fill_time_limits(trace, args.seed)
@@ -65,8 +63,8 @@ def predict(args: argparse.Namespace, name: str, modes: list[str], gpus: int) ->
     single: dict[str, float] = {}
     members: dict[str, list[float]] = {}
     for mode in modes:
-        policy = bench_fidelity.sim_policy(args, mode, speedup)
-        jobs, cluster = bench_fidelity.sim_inputs(trace, args, mode, speedup, None, launch)
+        policy = fidelity.sim_policy(args, mode, speedup)
+        jobs, cluster = fidelity.sim_inputs(trace, args, mode, speedup, None, launch)
         single[mode] = simulate(jobs, policy, cluster)[0]["avg_jct_s"]
         draws = Draws(speedup, which, launch, extras, lags)
         members[mode] = []
@@ -94,7 +92,7 @@ def predict(args: argparse.Namespace, name: str, modes: list[str], gpus: int) ->
 
 
 def main() -> int:
-    ap = bench_fidelity.parser()
+    ap = fidelity.parser()
     ap.description = __doc__
     ap.add_argument("--prior", default=None, help="a kept live run's --workdir to draw from")
     ap.add_argument("--prior-trace", default="users1", help="the trace that --prior replayed")

@@ -1,5 +1,5 @@
-"""bench_fidelity.py's results: one cell per live run and mode, the modes' order, and
-with several live runs or an ensemble the comparison of means that issue 13's 10 %
+"""fidelity.py's results: one cell per live run and mode, the modes' order, and
+with several live runs or an ensemble the comparison of means that the 10 %
 target reads (live mean against the simulated ensemble's mean, each side's spread)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidelity_ensemble import Spread, mean, pooled
+from benchmarks.studies.fidelity_ensemble import Spread, mean, pooled
 
 TIE = 0.02  # avg JCTs within 2 % count as a tie when comparing the modes' order
-TARGET = 0.10  # issue 13: simulated avg JCT within 10 % of the live replay
+TARGET = 0.10  # the target: simulated avg JCT within 10 % of the live replay
 
 
 @dataclass

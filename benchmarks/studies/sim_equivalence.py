@@ -1,8 +1,9 @@
 """Same decisions before and after a simulator speed change: a hash per run.
 
     mkdir /tmp/old && git archive main | tar -x -C /tmp/old   # the code before
-    PYTHONPATH=/tmp/old .venv/bin/python benchmarks/sim_equivalence.py --save /tmp/before.json
-    .venv/bin/python benchmarks/sim_equivalence.py --check /tmp/before.json  # this tree
+    (cd /tmp/old && $OLDPWD/.venv/bin/python -m benchmarks.studies.sim_equivalence \
+        --save /tmp/before.json)
+    .venv/bin/python -m benchmarks.studies.sim_equivalence --check /tmp/before.json  # this tree
     ... --jobs 20000 --small 10000 --save / --check ...  # larger runs (minutes)
 
 A speed change must not change any decision, so each case hashes every job's first
@@ -25,16 +26,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_sim import SHAPES  # noqa: E402
-
-from slurm_ext.policy import PolicyConfig  # noqa: E402
-from slurm_ext.sim.engine import SimConfig, Simulator  # noqa: E402
-from slurm_ext.sim.synth import synth_jobs  # noqa: E402
-from slurm_ext.sim.timelimits import fill_time_limits  # noqa: E402
-from slurm_ext.sim.traces import TraceJob  # noqa: E402
-from slurm_ext.sim.users import synth_user_jobs  # noqa: E402
+from benchmarks.bench_sim import SHAPES
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.sim.engine import SimConfig, Simulator
+from slurm_ext.sim.synth import synth_jobs
+from slurm_ext.sim.timelimits import fill_time_limits
+from slurm_ext.sim.traces import TraceJob
+from slurm_ext.sim.users import synth_user_jobs
 
 Case = tuple[str, Callable[[], list[TraceJob]], PolicyConfig, SimConfig]
 

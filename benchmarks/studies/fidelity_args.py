@@ -1,16 +1,15 @@
-"""bench_fidelity.py's command-line options, one definition for it and fidelity_predict.py."""
+"""fidelity.py's command-line options, one definition for it and fidelity_predict.py."""
 
 from __future__ import annotations
 
 import argparse
 
-from fidelity_ensemble import DEFAULT, PERTURBATIONS
-
+from benchmarks.studies.fidelity_ensemble import DEFAULT, PERTURBATIONS
 from slurm_ext.replay.plan import MODES
 
 
 def parser(description: str = "") -> argparse.ArgumentParser:
-    """bench_fidelity.py's options (fidelity_predict.py reads the same simulator settings)."""
+    """fidelity.py's options (fidelity_predict.py reads the same simulator settings)."""
     ap = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -68,12 +67,6 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         action="store_false",
         help="simulate the service modes with today's PolicyConfig defaults, not the policy"
         " in the run's service.toml (fidelity_policy.py)",
-    )
-    ap.add_argument(
-        "--spread-victims",
-        action="store_true",
-        help="for runs recorded before session 9: simulate the service's victim choice as"
-        " it then read a replay's job (free to spread over any nodes)",
     )
     ap.add_argument("--scheduler", default="slurm", choices=("slurm", "greedy", "strict"))
     ap.add_argument("--workdir", default=None, help="keep the replays' logs here")

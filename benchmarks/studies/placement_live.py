@@ -1,10 +1,10 @@
-"""Consolidation placement live (issue 16 item 4): Slurm's own node choice against the
+"""Consolidation placement live: Slurm's own node choice against the
 service's placement hints, on a real slurmctld, with the simulator's figures beside them.
 
     .venv/bin/slurm-ext trace synth --jobs 150 --gpus 32 --load 1.1 --seed 3 -o t.csv
-    .venv/bin/python benchmarks/bench_placement_live.py --trace t.csv --speedup 1800 \
+    .venv/bin/python -m benchmarks.studies.placement_live --trace t.csv --speedup 1800 \
         --workdir DIR                  # three live replays (~6 min each) + the simulator
-    .venv/bin/python benchmarks/bench_placement_live.py --trace t.csv --speedup 1800 \
+    .venv/bin/python -m benchmarks.studies.placement_live --trace t.csv --speedup 1800 \
         --live-from DIR                # the table again from DIR's allocations.json files
 
 Runs, each live on a fresh local cluster (--nodes x --gpus-per-node, slurmdbd on):
@@ -31,8 +31,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from fidelity_ctld import LOG
-
+from benchmarks.studies.fidelity_ctld import LOG
 from slurm_ext.core.fragmentation import JobRuns, summarize
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode

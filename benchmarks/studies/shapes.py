@@ -1,8 +1,8 @@
-"""Do the shipped defaults hold on trace shapes nobody tuned on? (issue 16)
+"""Do the shipped defaults hold on trace shapes nobody tuned on?
 
 Every tuning so far used `sim.users` traces of one shape (2,000 jobs, 8 x 8 GPUs, load
 1.1, 40 users, 10 % one-off kinds, `synth.GPU_CHOICES` widths) plus the flat model.
-This runs bench_targets' runs (`bench_targets.runs`: the Slurm model, consolidated
+This runs targets.py' runs (`targets.runs`: the Slurm model, consolidated
 placement, checkpoint 900 s) on a grid of other shapes, one factor changed from that
 base at a time (cluster size, load, share of one-off kinds, users and their skew, width
 mix, a kind's run-time spread, job count, the flat model) and four two-factor shapes,
@@ -16,34 +16,31 @@ seeds above 1.0x. --diag adds, for each shape where np loses (mean above 1.0, or
 the seeds or more above), where np's extra JCT-hours over Slurm alone go (by width, by
 true GPU-time, by one-off vs recurring kind, the users' widths that gain or pay most).
 
-    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --seeds 101-120 --diag
-    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --shapes users5+noisy --diag \
+    nice -n 19 .venv/bin/python -m benchmarks.studies.shapes --seeds 101-120 --diag
+    nice -n 19 .venv/bin/python -m benchmarks.studies.shapes --shapes users5+noisy --diag \
         --only np,sjf,half,all
-    nice -n 19 .venv/bin/python benchmarks/bench_shapes.py --only np \
-        --set '{"gittins_kind_choice": "tightest"}'
+    nice -n 19 .venv/bin/python -m benchmarks.studies.shapes --only np --set '{"min_run_s": 600}'
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from multiprocessing import Pool
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_targets import runs, seeds  # noqa: E402
-from diag_gap import size_class, width_class  # noqa: E402
-
-from slurm_ext.sim.engine import Simulator  # noqa: E402
-from slurm_ext.sim.synth import GpuMix, synth_jobs  # noqa: E402
-from slurm_ext.sim.timelimits import fill_time_limits  # noqa: E402
-from slurm_ext.sim.users import SIGMA_WITHIN, synth_user_jobs  # noqa: E402
+from benchmarks.studies.targets import runs, seeds
+from slurm_ext.sim.engine import Simulator
+from slurm_ext.sim.synth import GpuMix, synth_jobs
+from slurm_ext.sim.timelimits import fill_time_limits
+from slurm_ext.sim.users import SIGMA_WITHIN, synth_user_jobs
 
 H = 3600.0
+WIDTHS = (1, 2, 4, 8, 16)  # a width class is the widths up to the next one
+GPU_H = (0.0, 1 / 6, 1.0, 4.0, 16.0, 64.0, math.inf)  # true GPU-time edges, GPU-hours
 # width mixes other than synth.GPU_CHOICES (70 % 1-GPU, 2 % 16-GPU)
 MIXES: dict[str, GpuMix] = {
     "wide": ((1, 0.30), (2, 0.15), (4, 0.20), (8, 0.25), (16, 0.10)),
@@ -91,6 +88,18 @@ SHAPES: dict[str, Shape] = {
     "oneoff0.9+gpus16": Shape(p_oneoff=0.9, nodes=2),
     "users5+noisy": Shape(users=5, sigma_within=2.0),
 }
+
+
+def width_class(gpus: int) -> int:
+    return max(w for w in WIDTHS if w <= gpus)
+
+
+def size_class(gpu_s: float) -> str:
+    h = gpu_s / H
+    for lo, hi in zip(GPU_H, GPU_H[1:]):
+        if lo <= h < hi:
+            return f"{lo:.3g}-{hi:.3g}"
+    return "?"
 
 
 def trace(shape: Shape, seed: int):
