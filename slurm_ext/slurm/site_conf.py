@@ -264,7 +264,8 @@ class _Reader:
 
 
 def _count(line: _Line, key: str, default: int, *aliases: str) -> int:
-    value = line.get(key, *aliases)
+    """The whole number `key` (or an alias; Slurm's spelling, for the error) is set to."""
+    value = line.get(*(k.lower() for k in (key, *aliases)))
     if value is None:
         return default
     if not value.isdigit():
@@ -278,14 +279,14 @@ def node_from_options(line: _Line) -> Node:
         gpus, gpu_type = parse_gpus(line.get("gres"))
     except ValueError as exc:
         raise line.error(f"Gres: {exc}") from None
-    cpus = _count(line, "cpus", 0, "procs")
+    cpus = _count(line, "CPUs", 0, "Procs")
     if not cpus:
-        threads = _count(line, "threadspercore", 1) * _count(line, "corespersocket", 1)
+        threads = _count(line, "ThreadsPerCore", 1) * _count(line, "CoresPerSocket", 1)
         per_board = line.get("socketsperboard")
         sockets = (
-            _count(line, "boards", 1) * _count(line, "socketsperboard", 1)
+            _count(line, "Boards", 1) * _count(line, "SocketsPerBoard", 1)
             if per_board is not None
-            else _count(line, "sockets", _count(line, "boards", 1))
+            else _count(line, "Sockets", _count(line, "Boards", 1))
         )
         cpus = max(1, sockets * threads)
     features = line.get("features", "feature") or ""
@@ -296,8 +297,8 @@ def node_from_options(line: _Line) -> Node:
         gpus=gpus,
         gpu_type=gpu_type,
         features=tuple(f for f in features.split(",") if f),
-        memory_mb=_count(line, "realmemory", 1),
-        weight=_count(line, "weight", 1),
+        memory_mb=_count(line, "RealMemory", 1),
+        weight=_count(line, "Weight", 1),
     )
 
 
@@ -333,15 +334,15 @@ def partition_from_options(line: _Line, opts: dict[str, str], known: list[str]) 
         nodes=tuple(nodes),
         # MaxTime's resolution is a minute, seconds rounded up (slurm.conf(5))
         max_time_s=None if seconds is None else -(-seconds // 60) * 60,
-        default=_flag(own, "default", name),
+        default=_flag(own, "Default", name),
         state=state,
     )
 
 
 def _flag(line: _Line, key: str, name: str) -> bool:
-    value = (line.get(key) or "no").lower()
+    value = (line.get(key.lower()) or "no").lower()
     if value not in _TRUE + _FALSE:
-        raise line.error(f"partition {name} {key.title()}={value!r}: not YES or NO")
+        raise line.error(f"partition {name} {key}={value!r}: not YES or NO")
     return value in _TRUE
 
 
