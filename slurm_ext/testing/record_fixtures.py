@@ -46,7 +46,7 @@ JOB_ATTRS = (
 ).split()
 NODE_ATTRS = (
     "name state total_cpus allocated_cpus configured_gres allocated_gres active_features "
-    "available_features partitions"
+    "available_features partitions real_memory weight"
 ).split()
 
 
