@@ -9,6 +9,7 @@ import pytest
 
 from slurm_ext.core.model import Partition
 from slurm_ext.slurm import site_conf
+from slurm_ext.slurm.hostlist import expand_hostlist
 from slurm_ext.slurm.site_conf import (
     BackfillParameters,
     SiteConfError,
@@ -202,6 +203,12 @@ def test_input_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(SiteConfError, match="more than 100000 nodes") as info:
         parse_site_conf("NodeName=a[1-60000]\nNodeName=b[1-60000]\n")
     assert info.value.line == 2
+    # one line's hostlist stops expanding at the bound, whatever its ranges
+    with pytest.raises(SiteConfError, match="names more than 100000 hosts"):
+        parse_site_conf("NodeName=a[1-60000],b[1-60000]\n")
+    with pytest.raises(ValueError, match="names more than 3 hosts"):
+        expand_hostlist("n[1-2],m[1-2]", limit=3)
+    assert expand_hostlist("n[1-2],m1", limit=3) == ["n1", "n2", "m1"]
     monkeypatch.setattr(site_conf, "MAX_MEMBERSHIPS", 5)
     with pytest.raises(SiteConfError, match="memberships"):
         parse_site_conf("NodeName=n[1-3]\nPartitionName=a Nodes=ALL\nPartitionName=b Nodes=ALL\n")

@@ -213,7 +213,7 @@ class _Reader:
             self.node_defaults.update(opts)
             return
         try:
-            expanded = expand_hostlist(names)
+            expanded = expand_hostlist(names, limit=MAX_NODES)
         except ValueError as exc:
             raise line.error(f"NodeName: {exc}") from None
         if len(self.nodes) + len(expanded) > MAX_NODES:
@@ -311,7 +311,7 @@ def partition_from_options(line: _Line, opts: dict[str, str], known: list[str]) 
         nodes = list(known)
     else:
         try:
-            listed = set(expand_hostlist(spec))
+            listed = set(expand_hostlist(spec, limit=MAX_NODES))
         except ValueError as exc:
             raise line.error(f"partition {name} Nodes: {exc}") from None
         unknown = sorted(listed.difference(known))
