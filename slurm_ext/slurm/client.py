@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from slurm_ext.core.model import CompletedJob, Job, Node
+from slurm_ext.core.model import Cluster, CompletedJob, Job, Node
 
 log = logging.getLogger("slurm_ext.slurm")
 T = TypeVar("T")
@@ -47,6 +47,12 @@ class SlurmClient(Protocol):
     def private_data(self) -> frozenset[str]:
         """slurm.conf's PrivateData as the running slurmctld has it ("jobs", "users",
         ...; empty for none): what Slurm hides from users about others."""
+        ...
+
+    def cluster(self) -> Cluster:
+        """The nodes and the partitions (their nodes, MaxTime, default flag, state), with
+        each node's GPU type, memory and weight: what a policy needs to know which nodes a
+        job may use."""
         ...
 
     def completed_jobs(self, since: float) -> list[CompletedJob]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurm_ext.core.model import CompletedJob, Job, Node
+from slurm_ext.core.model import Cluster, CompletedJob, Job, Node, Partition
 
 
 class ReplayClient:
@@ -28,6 +28,15 @@ class ReplayClient:
 
     def nodes(self) -> list[Node]:
         return self.nodes_snapshot
+
+    def cluster(self) -> Cluster:
+        """The snapshot's nodes and the partitions they name (no limits: none known)."""
+        members: dict[str, list[str]] = {}
+        for node in self.nodes_snapshot:
+            for part in node.partitions:
+                members.setdefault(part, []).append(node.name)
+        parts = tuple(Partition(name, tuple(names)) for name, names in members.items())
+        return Cluster(nodes=tuple(self.nodes_snapshot), partitions=parts)
 
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         return [j for j in self.completed if j.end_time >= since]
