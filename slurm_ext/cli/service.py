@@ -18,6 +18,7 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 import click
 
@@ -160,7 +161,7 @@ def _start_listener(cfg: ServiceConfig, config_path: str | None, metrics, secret
     return server, view
 
 
-def _listen_failed(cfg: ServiceConfig, config_path: str | None, exc: Exception) -> None:
+def _listen_failed(cfg: ServiceConfig, config_path: str | None, exc: Exception) -> NoReturn:
     """Say why the listener cannot start, and exit with the status that tells systemd
     whether a restart can help."""
     from slurm_ext.service.listener import ListenAddressError
