@@ -18,5 +18,7 @@ test: deps
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
+# every product benchmark (benchmarks/run_all.py); `make bench BENCH=--quick` runs each at
+# its smallest sizes, `make bench BENCH="bench_sim bench_writes"` only those
 bench: deps
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks.run_all $(BENCH)

@@ -3,12 +3,12 @@ processes in 50 Slurm-like job cgroups, at 1 s and 5 s intervals.
 
 The agent's work per interval does not depend on the interval, so the CPU share at an
 interval is (CPU seconds per sample) / interval; samples are taken back to back here to
-keep the run short. Run as root: `.venv/bin/python benchmarks/bench_agent.py`.
+keep the run short. Run as root: `.venv/bin/python -m benchmarks.bench_agent`.
 A process's cgroup is read once per (pid, start time); the line "/proc/PID/cgroup reads
 per sample" counts the re-reads left (processes outside any job younger than
 nodeagent.cgroups.YOUNG_S, and new ones).
 
-psutil against the /proc scanner (issue 17, item 8), on the same processes: (a) the
+psutil against the /proc scanner, on the same processes: (a) the
 per-job scan of every process on the node, as `JobScanner.scan` does it (CPU times, RSS,
 start time, the cgroup read once per process) and as psutil would
 (`process_iter` + `Process.cpu_times/memory_info`); (b) describing the processes a GPU

@@ -1,12 +1,13 @@
 """`slurm-ext` start-up: CPU time of `slurm-ext --help` and `slurm-ext queue --help`
 (import of the command modules and click's parsing), this tree against a git ref.
 
-The ref's slurm_ext/ and nodeagent/ are extracted with `git archive` into a temporary
-directory and put first on PYTHONPATH; runs alternate between the two trees, so a change
+The ref's slurm_ext/, nodeagent/ and the etc/ and sbatch_templates/ that slurm_ext links
+to are extracted with `git archive` into a temporary directory and put first on
+PYTHONPATH; runs alternate between the two trees, so a change
 in the machine's load hits both alike. CPU time (user + sys of the child, from
 getrusage) rather than wall time, which the shared machine's load would dominate.
 
-    .venv/bin/python benchmarks/bench_cli_startup.py [--ref main] [--runs 21]
+    .venv/bin/python -m benchmarks.bench_cli_startup [--ref main] [--runs 21]
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = (["--help"], ["queue", "--help"])
+# slurm_ext/etc and slurm_ext/sbatch_templates are links to the last two: the CLI reads them
+TREES = ("slurm_ext", "nodeagent", "etc", "sbatch_templates")
 
 
 def cpu_s(tree: Path, args: list[str]) -> float:
@@ -45,7 +48,7 @@ def main() -> None:
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", opts.ref, "slurm_ext", "nodeagent"],
+            ["git", "-C", str(ROOT), "archive", opts.ref, *TREES],
             capture_output=True,
             check=True,
         ).stdout

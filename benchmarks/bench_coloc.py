@@ -1,9 +1,9 @@
-"""Co-location against Slurm alone: the issue-18 targets on seeded Philly-like traces.
+"""Co-location against Slurm alone: the co-location targets on seeded Philly-like traces.
 
-    .venv/bin/python benchmarks/bench_coloc.py                       # seeds 1-3, load 1.3
-    .venv/bin/python benchmarks/bench_coloc.py --seeds 4,5,6 --loads 1.0,1.3 --eaco
-    # the kept requeue bound and churn rule (docs/benchmarks.md, Session 5):
-    .venv/bin/python benchmarks/bench_coloc.py --learnt-placement --eaco
+    .venv/bin/python -m benchmarks.bench_coloc                       # seeds 1-3, load 1.3
+    .venv/bin/python -m benchmarks.bench_coloc --seeds 4,5,6 --loads 1.0,1.3 --eaco
+    # the kept requeue bound and churn rule (docs/benchmarks.md, co-location):
+    .venv/bin/python -m benchmarks.bench_coloc --learnt-placement --eaco
         --slow-fraction 0.9 --max-pause 120 --after-requeue not_beside   (one line)
 
 Each row: one trace (2,000 jobs unless --jobs, 64 GPUs = 8 nodes x 8, 30% of jobs opportunistic by a

@@ -1,7 +1,7 @@
 """Speed of the sharing simulator against Slurm alone on one trace, in CPU seconds.
 
-    .venv/bin/python benchmarks/bench_coloc_speed.py --jobs 2000 --gpus 64 --load 1.3
-    .venv/bin/python benchmarks/bench_coloc_speed.py --jobs 20000 --gpus 256 --load 1.0
+    .venv/bin/python -m benchmarks.bench_coloc_speed --jobs 2000 --gpus 64 --load 1.3
+    .venv/bin/python -m benchmarks.bench_coloc_speed --jobs 20000 --gpus 256 --load 1.0
 
 Trace: `synth_jobs(jobs, gpus, load, seed)`, 30 % opportunistic, time limits filled as the
 Slurm model fills them, 8 GPUs per node. Slurm alone is `Simulator` (FIFO, --scheduler

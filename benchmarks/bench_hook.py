@@ -6,7 +6,7 @@ etc/job_submit.lua and a predictor table of --rows rows. Each repetition submits
 so drift on a shared machine hits both alike), with the hints of a tagged job so every
 submission takes the full rewrite path. Held jobs are cancelled after each repetition.
 
-    .venv/bin/python benchmarks/bench_hook.py [--jobs 200] [--reps 5] [--rows 2000]
+    .venv/bin/python -m benchmarks.bench_hook [--jobs 200] [--reps 5] [--rows 2000]
 """
 
 from __future__ import annotations

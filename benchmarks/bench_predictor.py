@@ -13,7 +13,7 @@ Runs on slurm_ext.sim with its CPU dimension on (SimConfig.cpus_per_node):
   plus noise, at random core counts) go through the real predictor (decide_cpus) and the
   real rewrite rule (plan_rewrite, capped by the node's 40 cores).
 
-    .venv/bin/python benchmarks/bench_predictor.py [--nodes 8] [--jobs 2000] [--seeds 5]
+    .venv/bin/python -m benchmarks.bench_predictor [--nodes 8] [--jobs 2000] [--seeds 5]
         [--loads 0.8,1.0,1.2] [--policies fifo,gittins]
 """
 

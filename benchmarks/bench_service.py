@@ -1,12 +1,12 @@
 """Service pass cost on a recorded-size snapshot: 50,000 pending + 5,000 running jobs.
 
-Measures (a) policy + diff alone (rank, value assignment, change set), the issue's
+Measures (a) policy + diff alone (rank, value assignment, change set), the
 target (< 1 s); (b) a whole pass through `Service.run_pass` with the SQLite store and a
 replay client that records writes instead of calling Slurm; (c) writes per pass when
 only a few jobs change. Prints a table of absolute figures (wall and CPU seconds: on a
 shared machine the CPU seconds are the steadier figure) and ratios to the targets.
 
-    .venv/bin/python benchmarks/bench_service.py [--pending 50000] [--running 5000]
+    .venv/bin/python -m benchmarks.bench_service [--pending 50000] [--running 5000]
 
 `--site-weight W` runs (b) and (c) with `policy.fairshare_site_weight` W: the service
 writes the composed SiteFactor (W x the index share) and orders by Slurm's priority
@@ -31,9 +31,9 @@ from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.service.fold import fold_jobs
 from slurm_ext.service.loop import Service, ServiceConfig, job_view
-from slurm_ext.service.writeback import assign_values, changed
+from slurm_ext.service.priority_values import assign_values, changed
 from slurm_ext.store.db import Store
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 
 def snapshot(pending: int, running: int, seed: int = 1) -> tuple[list[Job], list[Node], float]:

@@ -1,17 +1,16 @@
 """Simulator benchmark: policy quality (avg JCT vs FIFO and the SRTF oracle) and speed.
 
-    .venv/bin/python benchmarks/bench_sim.py                 # quick: 3,000-job traces
-    .venv/bin/python benchmarks/bench_sim.py --full          # the figures in docs/benchmarks.md
-    .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown
-    .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown --gittins-classes gpus
-    .venv/bin/python benchmarks/bench_sim.py --quality-only --full --markdown --gittins-censored
-    .venv/bin/python benchmarks/bench_sim.py --speed-only --full
-    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --loads 0.9,1.0,1.05
+    .venv/bin/python -m benchmarks.bench_sim                 # quick: 3,000-job traces
+    .venv/bin/python -m benchmarks.bench_sim --full          # 10,000-job traces, speed to 100k jobs
+    .venv/bin/python -m benchmarks.bench_sim --quality-only --full --markdown
+    .venv/bin/python -m benchmarks.bench_sim --quality-only --full --markdown --gittins-classes gpus
+    .venv/bin/python -m benchmarks.bench_sim --speed-only --full
+    .venv/bin/python -m benchmarks.bench_sim --speed-only --sizes 100000 --loads 0.9,1.0,1.05
 
-    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes philly,wide,bursty
-    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes mixed
-    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes philly --loads 1.2
-    .venv/bin/python benchmarks/bench_sim.py --speed-only --sizes 100000 --shapes users --loads 1.0
+    .venv/bin/python -m benchmarks.bench_sim --speed-only --sizes 100000 --shapes philly,wide,bursty
+    .venv/bin/python -m benchmarks.bench_sim --speed-only --sizes 100000 --shapes mixed
+    .venv/bin/python -m benchmarks.bench_sim --speed-only --sizes 100000 --shapes philly --loads 1.2
+    .venv/bin/python -m benchmarks.bench_sim --speed-only --sizes 100000 --shapes users --loads 1.0
 
 Quality: the shipped Tiresias 60-job trace (8 GPUs) and seeded Philly-like synthetic
 traces (64 GPUs, offered load 1.05; 10,000 and 2,000 jobs with --full, seeds 1-6),
@@ -172,7 +171,7 @@ def mixed(jobs: list[TraceJob]) -> list[TraceJob]:
 SHAPES = {"philly": lambda jobs: jobs, "wide": wide, "bursty": bursty, "mixed": mixed}
 # `users`: not a reshaping of the flat trace but the other generator, `trace synth`'s
 # default (sim/users.py: recurring users' kinds, their own time limits, half the kinds
-# checkpointing, so only those may be preempted); issue 13's example at load 1.0
+# checkpointing, so only those may be preempted), at load 1.0 in the speed table
 USERS = "users"
 
 
@@ -241,12 +240,6 @@ def main() -> None:
         default=defaults.gittins_classes,
         help="PolicyConfig.gittins_classes (default: the default config's)",
     )
-    ap.add_argument(
-        "--gittins-censored",
-        action="store_true",
-        default=defaults.gittins_censored,
-        help="PolicyConfig.gittins_censored (Kaplan-Meier with the active jobs censored)",
-    )
     for name in FLOAT_KNOBS:
         ap.add_argument(
             "--" + name.replace("_", "-"),
@@ -257,7 +250,6 @@ def main() -> None:
     args = ap.parse_args()
     base = PolicyConfig(
         gittins_classes=args.gittins_classes,
-        gittins_censored=args.gittins_censored,
         **{name: getattr(args, name) for name in FLOAT_KNOBS},
     )
     show = lambda rows: print(table(rows, markdown=args.markdown, columns=BENCH_COLUMNS) + "\n")  # noqa: E731

@@ -1,29 +1,25 @@
 """Simulator speed against the backlog: CPU microseconds per event by pending-queue length.
 
-    .venv/bin/python benchmarks/bench_sim_backlog.py --jobs 100000 --shape philly --load 1.2
-    .venv/bin/python benchmarks/bench_sim_backlog.py --jobs 50000 --shape philly --load 2.0
-    .venv/bin/python benchmarks/bench_sim_backlog.py --jobs 20000 --placement spread
+    .venv/bin/python -m benchmarks.bench_sim_backlog --jobs 100000 --shape philly --load 1.2
+    .venv/bin/python -m benchmarks.bench_sim_backlog --jobs 50000 --shape philly --load 2.0
+    .venv/bin/python -m benchmarks.bench_sim_backlog --jobs 20000 --placement spread
 
 A per-event cost that grows with the queue is what makes a trace of another shape slow:
 a load above 1 keeps a backlog that never drains. The run is `bench_sim`'s speed run
 (`speed_trace`: seed 1, time limits seed 0; 125 nodes x 8 GPUs, preemptive 2D-Gittins,
 `--scheduler slurm`), sampled every 5,000 event batches: each window's CPU seconds and
-events go to the row of its mean pending-job count.
+events go to the row of its mean pending-job count; each row's cost per event is also
+given against the row of the shortest queue.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_sim import SHAPES, USERS, speed_trace  # noqa: E402
-
-from slurm_ext.policy import PolicyConfig  # noqa: E402
-from slurm_ext.sim.engine import SimConfig, Simulator  # noqa: E402
+from benchmarks.bench_sim import SHAPES, USERS, speed_trace
+from slurm_ext.policy import PolicyConfig
+from slurm_ext.sim.engine import SimConfig, Simulator
 
 ROWS = (0, 100, 300, 1000, 3000, 10000, 30000)  # pending jobs: each row from this many
 
@@ -60,10 +56,14 @@ def main() -> None:
         acc[0] += cur[0] - prev[0]
         acc[1] += cur[1] - prev[1]
         acc[2] += 1
-    print("| pending jobs | windows | events | CPU s | us per event |")
-    print("|---|---|---|---|---|")
+    print("| pending jobs | windows | events | CPU s | us per event | vs the shortest queue |")
+    print("|---|---|---|---|---|---|")
+    per_event = {row: 1e6 * c / max(e, 1) for row, (c, e, _) in rows.items()}
+    base = per_event[min(per_event)] if per_event else 0.0
     for row, (c, e, w) in sorted(rows.items()):
-        print(f"| {row:,}+ | {int(w)} | {int(e):,} | {c:.1f} | {1e6 * c / max(e, 1):.1f} |")
+        us = per_event[row]
+        ratio = f"{us / base:.2f}" if base else "-"
+        print(f"| {row:,}+ | {int(w)} | {int(e):,} | {c:.1f} | {us:.1f} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@
     are separate processes, as real users are; on a machine with few cores they compete
     with the pass for CPU whatever they ask.
 
-    .venv/bin/python benchmarks/bench_userview.py [--pending 5000] [--running 1000]
+    .venv/bin/python -m benchmarks.bench_userview [--pending 5000] [--running 1000]
 """
 
 from __future__ import annotations
@@ -23,19 +23,16 @@ import argparse
 import http.client
 import multiprocessing as mp
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import snapshot  # noqa: E402
-
-from slurm_ext.service.loop import Service, ServiceConfig  # noqa: E402
-from slurm_ext.service.metrics import ServiceMetrics, serve_http  # noqa: E402
-from slurm_ext.store.db import Store  # noqa: E402
-from slurm_ext.testing.replay import ReplayClient  # noqa: E402
-from slurm_ext.userview.http import UserView  # noqa: E402
+from benchmarks.bench_service import snapshot
+from slurm_ext.service.loop import Service, ServiceConfig
+from slurm_ext.service.metrics import ServiceMetrics, serve_http
+from slurm_ext.store.db import Store
+from slurm_ext.testing.snapshot_client import ReplayClient
+from slurm_ext.userview.http import UserView
 
 IDLE, NOT_FOUND, VIEW, STOP = 0, 1, 2, 3
 CONDITIONS = {IDLE: "alone", NOT_FOUND: "404 storm", VIEW: "view storm"}
@@ -75,7 +72,15 @@ def main() -> None:
         store = Store(cfg.store)
         svc = Service(cfg, ReplayClient(jobs, nodes), store)
         svc.run_pass(now=now)  # first pass: every record and decision written
-        view = UserView(cfg.store, refresh_s=1.0, rate=args.rate, burst=int(2 * args.rate))
+        burst = int(2 * args.rate)  # the clients share one address: its cap is the global one
+        view = UserView(
+            cfg.store,
+            refresh_s=1.0,
+            rate=args.rate,
+            burst=burst,
+            client_rate=args.rate,
+            client_burst=burst,
+        )
         builds = []
         for _ in range(3):
             t0 = time.perf_counter()

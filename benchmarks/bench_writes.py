@@ -3,7 +3,7 @@
 N held jobs; SiteFactor written one `scontrol update` per job (the old path, and still
 the one for placement) against `set_site_factors` (one scontrol per 500 jobs on stdin).
 
-    .venv/bin/python benchmarks/bench_writes.py [--jobs 1000] [--single 200]
+    .venv/bin/python -m benchmarks.bench_writes [--jobs 1000] [--single 200]
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ end
 
 --[[ plan: the twin of slurm_ext/predict/rewrite.py plan_rewrite.
 job: comment, name, user_name, tres_per_node, tres_per_job, tres_per_task, num_tasks,
-cpus_per_tres, cpus_per_task (nil: unset), max_cpus_per_node (the most CPUs one node gives
+cpus_per_tres, cpus_per_task (nil: unset), shared (0: --exclusive), max_cpus_per_node (the most CPUs one node gives
 the job: the partition's MaxCPUsPerNode and CPUs per node; nil: no limit).
 conf: respect_explicit_cpus, max_cpus_per_gpu, gpus_per_node (0: unknown).
 Caps keep every job Slurm would accept acceptable: GPUs on one node never above
@@ -193,7 +193,8 @@ function M.plan(job, rows, conf)
     end
   end
   local explicit = (job.cpus_per_task ~= nil and job.cpus_per_task ~= 65534) or (conf.respect_explicit_cpus and job.cpus_per_tres ~= nil)
-  if not h.opt_out.cpu and not explicit then
+  local whole_nodes = job.shared == 0 -- --exclusive: every core of its nodes is the job's
+  if not h.opt_out.cpu and not explicit and not whole_nodes then
     local n = row.cpus_per_gpu
     if conf.max_cpus_per_gpu > 0 and n > conf.max_cpus_per_gpu then n = conf.max_cpus_per_gpu end
     if not unlimited(job.max_cpus_per_node) then
@@ -265,6 +266,7 @@ local function submit(job_desc, part_list)
     cpus_per_tres = job_desc.cpus_per_tres,
     cpus_per_task = (cpt ~= nil and cpt ~= slurm.NO_VAL16) and cpt or nil,
     max_cpus_per_node = partition_limit(job_desc, part_list),
+    shared = tonumber(job_desc.shared),
   }
   local conf = { respect_explicit_cpus = RESPECT_EXPLICIT_CPUS, max_cpus_per_gpu = MAX_CPUS_PER_GPU,
                  gpus_per_node = GPUS_PER_NODE }

@@ -32,9 +32,18 @@ from nodeagent.freezer import JobFreezer
 from nodeagent.gpu import GpuReader, GpuSample, GpuUnavailable
 from nodeagent.jobinfo import JobInfo, SlurmJobInfo, vouched
 from nodeagent.procinfo import GpuProcessInfo, HostView, ProcessDescriber
-from nodeagent.report import JobReport, ReportSender
+from nodeagent.report import JobReport, ReportSender, ReportWorker
 from nodeagent.snapshot import AgentSnapshot, JobView, frozen
-from nodeagent.state import STATE_VERSION, read_state, restore_totals, state_doc, write_state
+from nodeagent.state import (
+    STATE_VERSION,
+    read_state,
+    restore_totals,
+    set_aside,
+    state_doc,
+    write_state,
+)
+from slurm_ext.core.classes import load_classes
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy import colocation as co
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import SlurmClient
@@ -42,6 +51,12 @@ from slurm_ext.slurm.client import SlurmClient
 log = logging.getLogger(__name__)
 STATE_SAVE_S = 30.0
 MAX_WARNINGS = 100  # distinct problems a snapshot carries (the latest)
+SHUTDOWN_FLUSH_S = 1.0  # at most this (and half a sample period) for the last report flush
+
+
+def node_name(config: AgentConfig) -> str:
+    """The name this agent reports as: `node_name`, else the short host name."""
+    return config.node_name or socket.gethostname().split(".")[0]
 
 
 class Agent:
@@ -60,14 +75,18 @@ class Agent:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         slurm: SlurmClient | None = None,
+        classes: JobClasses | None = None,
     ) -> None:
         """`slurm`: the client asked for job classes when `[jobs] source = "slurm"`
-        (default: `CliSlurmClient` from `[jobs]`)."""
+        (default: `CliSlurmClient` from `[jobs]`); `classes`: the co-location classes
+        (default: read from `config.classes_file`)."""
         self.config = config
-        self.node = config.node_name or socket.gethostname().split(".")[0]
+        self.node = node_name(config)
         self.gpu_reader = gpu_reader
         self.rapl = rapl
         self.sender = sender
+        # reports go out on their own thread: a slow service never holds up a sample
+        self.reports = ReportWorker(sender, config.interval_s) if sender is not None else None
         self.mounts = mounts if mounts is not None else read_mounts()
         self.scanner = JobScanner(config.proc_root)
         self.clock = clock
@@ -79,6 +98,7 @@ class Agent:
             self.job_info = SlurmJobInfo(client, self.node, j.cache_s)
         self.coloc = ColocationController(
             config.colocation,
+            classes if classes is not None else load_classes(config.classes_file),
             JobFreezer(self.mounts, config.proc_root),
             self.job_info,
             j.cache_s,
@@ -103,13 +123,16 @@ class Agent:
         self._prev_node_busy: float | None = None
         self._warned: set[str] = set()  # distinct problems logged (each logged once)
         self._recent: deque[str] = deque(maxlen=MAX_WARNINGS)  # ... the latest, in order
+        self._frozen_scanned = False  # jobs left frozen without a record: looked for once
         self.snapshot = AgentSnapshot(self.node)
         self._load_state()
 
     # ---- state -------------------------------------------------------------------------
     def _load_state(self) -> None:
         """Restore totals, and thaw every job a previous run left frozen. A damaged file
-        never stops this: each part that cannot be read is logged and skipped."""
+        never stops this: each part that cannot be read is logged and skipped, and a
+        corrupt one is set aside (jobs frozen without a record are found at the first
+        sample, `_adopt_frozen`)."""
         if not self.config.state_file:
             return
         path = Path(self.config.state_file)
@@ -118,6 +141,11 @@ class Agent:
             return
         for problem in loaded.problems:
             log.error("state file %s: %s", path, problem)
+        if loaded.corrupt:
+            try:
+                log.warning("corrupt state file %s moved to %s", path, set_aside(path, self.wall()))
+            except OSError as exc:
+                log.warning("corrupt state file %s could not be set aside: %s", path, exc)
         self.coloc.adopt(loaded.paused)  # first: nothing below may keep a job frozen
         doc = loaded.doc if loaded.doc.get("version") == STATE_VERSION else {}
         self.gpu_energy_total, self.cpu_energy_total = restore_totals(
@@ -191,6 +219,8 @@ class Agent:
             if trusted is not None:
                 self._set_class(self.accounts[job_id], trusted.get(job_id), new)
         self._gpu_energy(gpus, job_of_pid, now)
+        if not self._frozen_scanned:
+            self._adopt_frozen(gpus, jobs, job_of_pid)
         uses = job_gpu_use(gpus, job_of_pid, self.coloc.paused)
         account_gpu(self.accounts, uses, dt)
         self._cpu(jobs, dt)
@@ -210,6 +240,22 @@ class Agent:
             self._last_save = now
             self.save_state()
         return actions
+
+    def _adopt_frozen(
+        self, gpus: list[GpuSample], jobs: dict[int, JobProcesses], job_of_pid: dict[int, int]
+    ) -> None:
+        """At the first sample that reads the GPUs: a job on them found frozen in its cgroup
+        with no pause record (a lost or emptied state file) is taken as paused by this
+        agent, so the controller thaws it when its rules say. Only jobs on this node's
+        GPUs: the agent never pauses any other, and leaves others' freezes alone."""
+        if not self.config.colocation.enabled:  # `show`, or no co-location: never thaws
+            self._frozen_scanned = True
+            return
+        if self.gpu_reader is not None and not gpus:
+            return  # the GPUs could not be read: try again at the next sample
+        self._frozen_scanned = True
+        on_gpus = {job_of_pid[p.pid] for g in gpus for p in g.processes if p.pid in job_of_pid}
+        self.coloc.adopt_frozen({j: jobs[j] for j in sorted(on_gpus)})
 
     def _publish(
         self,
@@ -262,7 +308,7 @@ class Agent:
                 env.get("SLURM_JOB_QOS", ""),
                 env.get("SLURM_JOB_PARTITION", ""),
             )
-            acc.klass = co.classify(acc.qos, acc.partition, self.coloc.rules)
+            acc.klass = co.classify(acc.qos, acc.partition, self.coloc.classes)
             log.info(
                 "job %s seen: qos=%r partition=%r class=%s (environ)",
                 jp.job_id,
@@ -297,7 +343,7 @@ class Agent:
         """Class from Slurm's record, or the default while Slurm has not vouched for the
         job (never the environment); re-evaluated every sample, logged when it changes."""
         qos, part = (info.qos, info.partition) if info is not None else ("", "")
-        klass = co.classify(qos, part, self.coloc.rules)  # no answer: the default
+        klass = co.classify(qos, part, self.coloc.classes)  # no answer: the default
         if new or (klass, qos, part) != (acc.klass, acc.qos, acc.partition):
             log.info(
                 "job %s: qos=%r partition=%r class=%s (%s)",
@@ -367,7 +413,7 @@ class Agent:
         return finals
 
     def _report(self, now: float, finals: list[JobReport]) -> None:
-        if self.sender is None:
+        if self.reports is None:
             return
         due = now - self._last_report >= self.config.report.interval_s
         if not due and not finals:
@@ -376,10 +422,7 @@ class Agent:
         if due:
             self._last_report = now
             reports += [v.report for v in self.snapshot.jobs.values()]
-        try:
-            self.sender.send(reports)
-        except OSError as exc:
-            self._error("report", f"report spool: {exc}")
+        self.reports.submit(reports)  # spooled and sent by the sender's thread
 
     # ---- lifecycle ---------------------------------------------------------------------
     def resume_all(self, why: str) -> None:
@@ -420,5 +463,5 @@ class Agent:
         finally:
             self.resume_all("shutdown")
             self.save_state()
-            if self.sender is not None:
-                self.sender.flush()
+            if self.reports is not None:  # SIGTERM obeyed within a sample, whatever the service
+                self.reports.close(min(SHUTDOWN_FLUSH_S, interval / 2))

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from nodeagent import __version__
-from nodeagent.agent import Agent
+from nodeagent.agent import Agent, node_name
 from nodeagent.config import AgentConfig
 from nodeagent.energy import RaplReader
 from nodeagent.gpu import GpuReader, GpuUnavailable, NvmlGpuReader, SimulatedGpuReader
@@ -22,15 +22,20 @@ from nodeagent.progress import ProgressReader
 from nodeagent.report import ReportSender
 from nodeagent.snapshot import AgentSnapshot
 from nodeagent.state import lock_state
+from slurm_ext.core.classes import load_classes
 from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.model import JobClasses
 from slurm_ext.core.reports import SecretFileError, node_key, node_name_ok, read_secret
 
 log = logging.getLogger("nodeagent")
 
 
-def _load(path: str | None) -> AgentConfig:
+def _load(path: str | None) -> tuple[AgentConfig, JobClasses]:
+    """The config and the co-location classes file it names, or exit 2 naming the file
+    and the key."""
     try:
-        return load_config(AgentConfig, path)
+        config = load_config(AgentConfig, path)
+        return config, load_classes(config.classes_file)
     except ConfigError as exc:
         click.echo(f"slurm-ext-agent: {exc}", err=True)
         sys.exit(2)
@@ -76,7 +81,7 @@ def _setup_logging(config: AgentConfig) -> int:
 @click.option("--interval", type=float, default=None, help="Seconds between samples.")
 def run(config_path: str, once: bool, interval: float | None) -> None:
     """Run the agent until SIGTERM/SIGINT; paused jobs are resumed on the way out."""
-    config = _load(config_path)
+    config, classes = _load(config_path)
     if interval is not None:
         if interval <= 0:
             click.echo("slurm-ext-agent: --interval must be > 0", err=True)
@@ -91,13 +96,9 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
         except SecretFileError as exc:
             click.echo(f"slurm-ext-agent: {config_path}: report.secret_file: {exc}", err=True)
             sys.exit(2)
-    agent = Agent(
-        config, make_gpu_reader(config.gpu.backend, config), RaplReader(config.energy.rapl_root)
-    )
-    if config.report.enabled:
         sender = ReportSender(
             config.report.service_url,
-            agent.node,
+            node_name(config),
             secret,
             config.report.spool_dir,
             config.report.spool_max_batches,
@@ -105,7 +106,13 @@ def run(config_path: str, once: bool, interval: float | None) -> None:
             backoff_base_s=config.interval_s,
             backoff_max_s=config.report.backoff_max_s,
         )
-        agent.sender = sender
+    agent = Agent(
+        config,
+        make_gpu_reader(config.gpu.backend, config),
+        RaplReader(config.energy.rapl_root),
+        sender=sender,
+        classes=classes,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -133,10 +140,10 @@ def thaw(config_path: str, wait: float, force: bool) -> None:
     """Thaw every job a stopped or killed agent left frozen, per its state file, except
     jobs Slurm itself suspended (systemd's ExecStopPost). Run it only while the agent is
     stopped. Exit status 1 when jobs stay frozen because Slurm could not be asked."""
-    config = _load(config_path)
+    config, classes = _load(config_path)
     _setup_logging(config)
     _lock(config)  # never beside a running agent: it thaws on its own way out
-    agent = Agent(config, None, None)  # loading the state file thaws what it can
+    agent = Agent(config, None, None, classes=classes)  # its state file thaws what it can
     deadline = time.monotonic() + wait
     while agent.coloc.paused and time.monotonic() < deadline:
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
@@ -217,7 +224,7 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
     """Take two samples `--wait` apart and print everything seen: GPUs (every field NVML
     gave and each per-call error), energy-counter growth against power, process -> job
     mapping, per-job use. Nothing is paused, reported or persisted."""
-    config = _load(config_path)
+    config, classes = _load(config_path)
     config.colocation.enabled = False
     config.state_file = ""  # never read or write the daemon's state
     reader = None
@@ -236,7 +243,7 @@ def show(config_path: str | None, backend: str | None, as_json: bool, wait: floa
         logging.disable(logging.WARNING)
     else:
         _setup_logging(config)
-    agent = Agent(config, reader, RaplReader(config.energy.rapl_root))
+    agent = Agent(config, reader, RaplReader(config.energy.rapl_root), classes=classes)
     t_first = time.monotonic()
     agent.step()
     first = {g.uuid: g.energy_mj for g in agent.snapshot.gpus}

@@ -17,20 +17,14 @@ from nodeagent.config import ColocationConfig
 from nodeagent.freezer import JobFreezer, PauseRecord
 from nodeagent.jobinfo import SlurmJobInfo
 from nodeagent.progress import ProgressReader
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy import colocation as co
 
 log = logging.getLogger(__name__)
 
 
-def make_policy(c: ColocationConfig) -> tuple[co.ClassRules, co.Policy]:
-    """The class rules and the decision policy from the `[colocation]` configuration."""
-    rules = co.ClassRules(
-        tuple(c.guaranteed_qos),
-        tuple(c.opportunistic_qos),
-        tuple(c.guaranteed_partitions),
-        tuple(c.opportunistic_partitions),
-        c.default_class,
-    )
+def make_policy(c: ColocationConfig) -> co.Policy:
+    """The decision policy from the `[colocation]` configuration."""
     e = c.eaco
     eaco = (
         co.EacoModel(
@@ -47,7 +41,7 @@ def make_policy(c: ColocationConfig) -> tuple[co.ClassRules, co.Policy]:
         min_solo_rate_samples=c.min_solo_rate_samples,
         eaco=eaco,
     )
-    return rules, policy
+    return policy
 
 
 class ColocationController:
@@ -60,6 +54,7 @@ class ColocationController:
     def __init__(
         self,
         config: ColocationConfig,
+        classes: JobClasses,
         freezer: JobFreezer,
         job_info: SlurmJobInfo | None,
         retry_s: float,
@@ -70,7 +65,7 @@ class ColocationController:
         error: Callable[[str, str], None],
     ) -> None:
         self.config = config
-        self.rules, self.policy = make_policy(config)
+        self.classes, self.policy = classes, make_policy(config)
         self.freezer = freezer
         self.job_info = job_info
         self.retry_s = retry_s
@@ -93,6 +88,28 @@ class ColocationController:
         for rec in records:
             self.paused[rec.job_id] = rec
             self.recovering.add(rec.job_id)
+
+    def adopt_frozen(self, jobs: dict[int, JobProcesses]) -> None:
+        """Jobs found frozen in their cgroups with no pause record (the state file was
+        lost): paused by this agent as far as anyone can tell, so kept paused and thawed
+        by the co-location rules when due, like a pause of this run. Logged one by one."""
+        found = False
+        for job, jp in jobs.items():
+            rec = None if job in self.paused else self.freezer.frozen(jp)
+            if rec is None:
+                continue
+            found = True
+            log.warning(
+                "job %s found frozen (%s %s) with no pause record: taken as paused by this "
+                "agent, thawed when the co-location rules allow",
+                job,
+                rec.method,
+                ", ".join(rec.targets),
+            )
+            self.paused[job] = rec
+            self.paused_since[job] = self.wall()
+        if found:
+            self._save()  # recorded now: a crash before the thaw leaves a record
 
     def recover_due(self, now: float) -> bool:
         return bool(self.recovering) and now >= self._next_recover

@@ -1,10 +1,17 @@
-"""The agent's TOML configuration (etc/agent.toml), validated by slurm_ext.core.config."""
+"""The agent's TOML configuration (etc/agent.toml), validated by slurm_ext.core.config.
+
+The co-location classes (which jobs are opportunistic) are not here: the agents and the
+service read them from one file (`classes_file`, slurm_ext.core.classes). The
+co-location rule's constants are in `[colocation.tuning]` (docs/nodeagent.md, "Tuning
+constants"), not in the shipped file."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from slurm_ext.core.config import choices, positive
+from slurm_ext.core.fields import tuning
+from slurm_ext.core.reports import MAX_GPUS_PER_NODE
 
 
 def _positive(name: str, value: float) -> None:
@@ -28,6 +35,14 @@ class GpuConfig:
     # read the NVML total-energy counter at most this often (it costs ~4 ms CPU per read on
     # an H100); power is integrated in between and the counter corrects it at the next read
     energy_interval_s: float = positive(30.0)
+
+    def __post_init__(self) -> None:
+        # the simulated backend builds every GPU at every read: a huge count hangs the agent
+        if not 1 <= self.simulated_count <= MAX_GPUS_PER_NODE:
+            raise ValueError(
+                f"simulated_count must be within 1..{MAX_GPUS_PER_NODE} GPUs per node "
+                f"(the most a node report may carry), got {self.simulated_count}"
+            )
 
 
 @dataclass
@@ -79,23 +94,25 @@ class EacoConfig:
 
 @dataclass
 class ColocationConfig:
+    """`[colocation]`: what an admin sets (on or off, the slowdown that pauses an
+    opportunistic job, progress files, EaCO) and, in `[colocation.tuning]`, the rule's
+    constants (policy/colocation.py `Policy`)."""
+
     enabled: bool = True
-    guaranteed_qos: list[str] = field(default_factory=list)
-    opportunistic_qos: list[str] = field(default_factory=lambda: ["opportunistic", "scavenger"])
-    guaranteed_partitions: list[str] = field(default_factory=list)
-    opportunistic_partitions: list[str] = field(default_factory=list)
-    default_class: str = choices("guaranteed", "opportunistic", default="guaranteed")
     slow_fraction: float = 0.7
-    memory_high: float = 0.95
-    idle_util: float = 0.05
-    min_solo_util: float = 0.10
+    # GPU memory share at which opportunistic jobs are paused
+    memory_high: float = tuning(0.95)
+    # a guaranteed job below this utilisation is idle (the opportunistic jobs may resume)
+    idle_util: float = tuning(0.05)
+    # a guaranteed job's solo utilisation below this is not judged (too idle to tell)
+    min_solo_util: float = tuning(0.10)
     # read a guaranteed job's SLURM_EXT_PROGRESS_FILE: progress below slow_fraction x its
     # solo rate is a slowdown too, judged after min_solo_rate_samples solo samples
     progress: bool = True
     # a progress-file read still running after this long is abandoned (a hung NFS or FUSE
     # mount must not stall the loop); that job's progress is unknown until it returns
-    progress_timeout_s: float = 0.5
-    min_solo_rate_samples: int = 3
+    progress_timeout_s: float = tuning(0.5)
+    min_solo_rate_samples: int = tuning(3)
     eaco: EacoConfig = field(default_factory=EacoConfig)
 
     def __post_init__(self) -> None:
@@ -134,6 +151,9 @@ class AgentConfig:
     node_name: str = ""  # default: the short host name
     interval_s: float = 5.0
     state_file: str = "/var/lib/slurm-ext-agent/state.json"  # "" keeps no state
+    # the co-location classes file, read by the service too (slurm_ext.core.classes);
+    # "": /etc/slurm-ext/classes.toml where it exists, else its defaults
+    classes_file: str = ""
     proc_root: str = "/proc"
     log_level: str = choices("DEBUG", "INFO", "WARNING", "ERROR", default="INFO")
     gpu: GpuConfig = field(default_factory=GpuConfig)

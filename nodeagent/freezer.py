@@ -58,24 +58,18 @@ class JobFreezer:
         with what is about to be frozen before anything is (the agent saves it, so a
         crash right after the freeze still leaves a record to thaw from)."""
         record = before or (lambda rec: None)
-        p = job.placement
-        if p is not None and p.v2 and self.mounts.v2 and job_dir(p.v2):
-            base = Path(self.mounts.v2 + job_dir(p.v2))
-            if (base / "cgroup.freeze").exists():
-                users = sorted(base.glob("step_*/user/cgroup.freeze"))
-                targets = [str(t) for t in users] or [str(base / "cgroup.freeze")]
-                rec = PauseRecord(job.job_id, "cgroup-v2", targets)
-                record(rec)
-                if all(_write(t, "1") for t in targets):
-                    return rec
-        if p is not None and "freezer" in p.v1 and "freezer" in self.mounts.v1:
-            d = job_dir(p.v1["freezer"])
-            target = f"{self.mounts.v1['freezer']}{d}/freezer.state" if d else ""
-            if d:
-                rec = PauseRecord(job.job_id, "cgroup-v1", [target])
-                record(rec)
-                if _write(target, "FROZEN"):
-                    return rec
+        targets = self._v2_targets(job)
+        if targets:
+            rec = PauseRecord(job.job_id, "cgroup-v2", targets)
+            record(rec)
+            if all(_write(t, "1") for t in targets):
+                return rec
+        target = self._v1_target(job)
+        if target:
+            rec = PauseRecord(job.job_id, "cgroup-v1", [target])
+            record(rec)
+            if _write(target, "FROZEN"):
+                return rec
         planned = []
         for pid in job.pids:
             st = read_proc_stat(pid, self.proc_root)
@@ -91,6 +85,40 @@ class JobFreezer:
                 continue
             targets.append(target)
         return PauseRecord(job.job_id, "sigstop", targets)
+
+    def frozen(self, job: JobProcesses) -> PauseRecord | None:
+        """What of the job's cgroups is frozen where `pause` freezes (v2 `cgroup.freeze`
+        1, v1 `freezer.state` FROZEN or FREEZING), as the record that undoes it; None when
+        nothing is. A SIGSTOP pause leaves no such mark and is not found."""
+        v2 = [t for t in self._v2_targets(job, every=True) if _read(t) == "1"]
+        if v2:
+            return PauseRecord(job.job_id, "cgroup-v2", v2)
+        v1 = self._v1_target(job)
+        if v1 and _read(v1) in ("FROZEN", "FREEZING"):
+            return PauseRecord(job.job_id, "cgroup-v1", [v1])
+        return None
+
+    def _v2_targets(self, job: JobProcesses, every: bool = False) -> list[str]:
+        """The v2 freeze files `pause` writes: each step's `user` subtree where Slurm made
+        one, else the job directory. `every`: the job directory's as well."""
+        p = job.placement
+        d = job_dir(p.v2) if p is not None and p.v2 and self.mounts.v2 else None
+        if not d:
+            return []
+        base = Path(f"{self.mounts.v2}{d}")
+        if not (base / "cgroup.freeze").exists():
+            return []
+        users = [str(t) for t in sorted(base.glob("step_*/user/cgroup.freeze"))]
+        job_level = [str(base / "cgroup.freeze")]
+        return users + job_level if every else users or job_level
+
+    def _v1_target(self, job: JobProcesses) -> str:
+        """The v1 `freezer.state` of the job directory, or "" without a v1 freezer."""
+        p = job.placement
+        if p is None or "freezer" not in p.v1 or "freezer" not in self.mounts.v1:
+            return ""
+        d = job_dir(p.v1["freezer"])
+        return f"{self.mounts.v1['freezer']}{d}/freezer.state" if d else ""
 
     def resume(self, rec: PauseRecord) -> bool:
         """Undo a pause; True when every target was resumed (or is gone)."""
@@ -111,6 +139,14 @@ class JobFreezer:
                     log.warning("SIGCONT job %s pid %s failed: %s", rec.job_id, pid_s, exc)
                     ok = False
         return ok
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _write(path: str, value: str) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig, ColocationConfig, GpuConfig, JobsConfig
 from nodeagent.gpu import GpuProcess, SimulatedGpuReader
+from slurm_ext.core.model import JobClasses
 from slurm_ext.replay.sharing import SHARE_PARTITION
 
 
@@ -36,9 +37,7 @@ class ReplayAgents:
             interval_s=self.interval_s,
             state_file=str(workdir / f"agent-{node}.json"),
             gpu=GpuConfig(backend="simulated", simulated_count=gpus),
-            colocation=ColocationConfig(
-                opportunistic_partitions=[SHARE_PARTITION], slow_fraction=self.slow_fraction
-            ),
+            colocation=ColocationConfig(slow_fraction=self.slow_fraction),
             jobs=JobsConfig(source="environ"),
         )
 
@@ -46,7 +45,11 @@ class ReplayAgents:
         self.nodes = list(nodes)
         for node in self.nodes:
             self.readers[node] = SimulatedGpuReader(gpus_per_node)
-            agent = Agent(self.config(node, workdir, gpus_per_node), self.readers[node])
+            agent = Agent(
+                self.config(node, workdir, gpus_per_node),
+                self.readers[node],
+                classes=JobClasses(opportunistic_partitions=(SHARE_PARTITION,)),
+            )
             self.agents[node] = agent
             t = threading.Thread(target=agent.run, args=(self._stop,), daemon=True)
             self._threads.append(t)

@@ -1,5 +1,6 @@
 """Delivery of per-job reports from a node agent to the priority service: signed POSTs
-through a bounded on-disk spool with back-off.
+through a bounded on-disk spool with back-off, on a thread of their own (`ReportWorker`)
+so that no service, however slow or hostile, holds up the agent's sampling loop.
 
 The wire format (JobReport, encode/decode, signature, secret file) is
 `slurm_ext.core.reports`, shared with the service that receives it.
@@ -10,11 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
-import urllib.error
-import urllib.request
+from collections import deque
 from pathlib import Path
 
+from nodeagent.deadline_http import ExchangeFailed, post
 from slurm_ext.core.reports import (
     NODE_HEADER,
     REPORTS_PATH,
@@ -25,6 +27,8 @@ from slurm_ext.core.reports import (
 )
 
 log = logging.getLogger(__name__)
+MAX_ANSWER_BYTES = 4096  # the service answers 204, or a short error: more is not its answer
+MAX_QUEUED = 64  # batches waiting for the sender thread (it takes them between POSTs)
 
 
 def restamp(body: bytes, sent_at: float) -> bytes:
@@ -56,25 +60,22 @@ def reports_url(service_url: str) -> str:
 def post_body(
     service_url: str, body: bytes, secret: bytes, timeout: float = 10.0, node: str = ""
 ) -> None:
-    """POST one signed body; raise ReportError on anything but a 2xx answer. `node`
-    names the sender so the service can check a per-node key."""
+    """POST one signed body and read the answer, all within `timeout` seconds; raise
+    ReportError on anything but a whole 2xx answer. `node` names the sender so the
+    service can check a per-node key."""
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(body, secret)}
     if node:
         headers[NODE_HEADER] = node
-    req = urllib.request.Request(
-        reports_url(service_url), data=body, method="POST", headers=headers
-    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            resp.read()
-    except urllib.error.HTTPError as exc:
+        answer = post(reports_url(service_url), body, headers, timeout, MAX_ANSWER_BYTES)
+    except ExchangeFailed as exc:
+        raise ReportError(f"no answer from the service: {exc}") from exc
+    if not 200 <= answer.status < 300:
         # 400/413/422: the body itself is refused, resending it cannot help.
         raise ReportError(
-            f"service answered {exc.code} {exc.reason}", retriable=exc.code not in (400, 413, 422)
-        ) from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ReportError(f"service unreachable: {reason}") from exc
+            f"service answered {answer.status} {answer.reason}",
+            retriable=answer.status not in (400, 413, 422),
+        )
 
 
 def post_reports(
@@ -129,6 +130,9 @@ class ReportSender:
         self.failing_since: float | None = None  # first failure of the current outage
         self._last_alarm: float | None = None
         self._seq = 0
+        # the sender thread and the agent's shutdown may both spool; one flush at a time
+        self._spool_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
 
     def pending(self) -> list[Path]:
         return sorted(self.spool.glob("batch-*.json"))
@@ -137,21 +141,27 @@ class ReportSender:
         if not reports:
             return
         body = encode_reports(self.node, reports, sent_at=now)
-        self._seq += 1
-        name = f"batch-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}.json"
-        tmp = self.spool / ("." + name)
-        tmp.write_bytes(body)
-        tmp.replace(self.spool / name)
-        files = self.pending()
-        excess = len(files) - self.max_spool_files
-        for old in files[: max(0, excess)]:
-            old.unlink(missing_ok=True)
-            self.dropped_batches += 1
-            log.warning("report spool full (%d batches): dropped oldest %s", len(files), old.name)
+        with self._spool_lock:
+            self._seq += 1
+            name = f"batch-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}.json"
+            tmp = self.spool / ("." + name)
+            tmp.write_bytes(body)
+            tmp.replace(self.spool / name)
+            files = self.pending()
+            excess = len(files) - self.max_spool_files
+            for old in files[: max(0, excess)]:
+                old.unlink(missing_ok=True)
+                self.dropped_batches += 1
+                log.warning(
+                    "report spool full (%d batches): dropped oldest %s", len(files), old.name
+                )
 
     def flush(self, now: float | None = None) -> int:
         """Send spooled batches unless backing off; return how many were delivered."""
-        now = time.monotonic() if now is None else now
+        with self._flush_lock:
+            return self._flush(time.monotonic() if now is None else now)
+
+    def _flush(self, now: float) -> int:
         if now < self.next_try:
             return 0
         delivered = 0
@@ -175,6 +185,8 @@ class ReportSender:
                 self.next_try = now + delay
                 self._failed(now, exc, delay)
                 break
+            except FileNotFoundError:
+                continue  # dropped meanwhile by the spool bound
             except OSError as exc:
                 log.error("cannot read spooled batch %s: %s", path, exc)
                 break
@@ -225,3 +237,84 @@ class ReportSender:
     def send(self, reports: list[JobReport], now: float | None = None) -> int:
         self.enqueue(reports)
         return self.flush(now)
+
+
+class ReportWorker:
+    """Runs a ReportSender on a daemon thread: the agent's loop hands it finished batches
+    and never waits on the service (a POST is bounded by `timeout` in all, but the loop
+    must not wait even that long: co-location thaws and SIGTERM are due every sample).
+
+    `submit` never blocks: batches wait in a bounded queue (MAX_QUEUED; when full the
+    oldest is dropped and logged) until the thread spools them, then the thread flushes
+    the spool with the sender's back-off, and again every `poll_s` while batches wait.
+    `close` spools what is still queued and gives the thread `grace_s` for a last flush;
+    a POST still in flight then is abandoned with the process, its batch stays spooled
+    and is sent by the next start."""
+
+    def __init__(self, sender: ReportSender, poll_s: float, max_queued: int = MAX_QUEUED) -> None:
+        self.sender = sender
+        self.poll_s = poll_s
+        self.max_queued = max_queued
+        self.dropped_queued = 0  # batches the full queue dropped
+        self._queue: deque[list[JobReport]] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="report-sender", daemon=True)
+        self._thread.start()
+
+    def submit(self, reports: list[JobReport]) -> None:
+        if not reports:
+            return
+        with self._cond:
+            if len(self._queue) >= self.max_queued:
+                self._queue.popleft()
+                self.dropped_queued += 1
+                log.warning(
+                    "report queue full (%d batches, the sender is stuck): dropped the oldest",
+                    self.max_queued,
+                )
+            self._queue.append(reports)
+            self._cond.notify()
+
+    def close(self, grace_s: float) -> None:
+        """Spool what is queued, then wait at most `grace_s` for the thread's last flush."""
+        with self._cond:
+            self._closing = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._cond.notify()
+        self._spool(left)
+        self._thread.join(grace_s)
+        if self._thread.is_alive():
+            log.warning(
+                "report POST still in flight after %.1f s: abandoned, %d batches stay in %s",
+                grace_s,
+                len(self.sender.pending()),
+                self.sender.spool,
+            )
+
+    def _run(self) -> None:
+        closing = False
+        while not closing:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._closing, timeout=self.poll_s)
+                batches = list(self._queue)
+                self._queue.clear()
+                closing = self._closing
+            self._spool(batches)
+            try:
+                self.sender.flush()
+            except Exception:  # a bad batch or bug must not end delivery for good
+                log.exception("report flush failed")
+
+    def _spool(self, batches: list[list[JobReport]]) -> None:
+        for reports in batches:
+            try:
+                self.sender.enqueue(reports)
+            except OSError as exc:
+                log.error(
+                    "report spool %s: %s: a batch of %d reports lost",
+                    self.sender.spool,
+                    exc,
+                    len(reports),
+                )

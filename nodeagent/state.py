@@ -4,7 +4,8 @@ A pause is written here (fsync'd) before the job is frozen, so the agent killed 
 moment leaves a record to thaw from. Reading is forgiving: a truncated or corrupt file,
 an unknown version or unknown keys are logged and what is readable is kept; the pause
 records come first in the file and are salvaged from a truncated one, because losing
-one leaves a job frozen for good.
+one leaves a job frozen for good (the agent also finds frozen jobs by their cgroups at
+start). A file that is not a JSON object is set aside for whoever investigates.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -36,6 +38,7 @@ class LoadedState:
     doc: dict  # the top-level fields that could be read ({} when none)
     paused: list[PauseRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what was wrong, for the log
+    corrupt: bool = False  # not a JSON object (empty, truncated, garbage)
 
 
 def lock_state(path: Path) -> int | None:
@@ -86,7 +89,8 @@ def read_state(path: Path) -> LoadedState | None:
         problem = "" if isinstance(doc, dict) else "not a JSON object"
     if not isinstance(doc, dict):
         paused = salvage_pauses(text)
-        return LoadedState({}, paused, [f"{problem}: kept {len(paused)} pause records found in it"])
+        found = f"{problem}: kept {len(paused)} pause records found in it"
+        return LoadedState({}, paused, [found], corrupt=True)
     out = LoadedState(doc)
     if doc.get("version") != STATE_VERSION:
         out.problems.append(f"version {doc.get('version')!r}, expected {STATE_VERSION}")
@@ -99,6 +103,15 @@ def read_state(path: Path) -> LoadedState | None:
     if not isinstance(raw, list):
         out.problems.append("'paused' is not a list")
     return out
+
+
+def set_aside(path: Path, wall: float) -> Path:
+    """Move a corrupt state file to `<name>.corrupt-<UTC time>` (kept for whoever looks
+    into it; the agent then writes a fresh one); OSError when it cannot be moved."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(wall))
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    os.replace(path, aside)
+    return aside
 
 
 def salvage_pauses(text: str) -> list[PauseRecord]:

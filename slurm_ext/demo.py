@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from slurm_ext.slurm import CliSlurmClient
+from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
 
 WORKLOAD = [
@@ -135,6 +136,66 @@ def _stop(proc: subprocess.Popen | None) -> None:
             proc.wait(5)
 
 
+def service_toml(root: Path, slurm_conf: Path, port: int, secret: Path) -> str:
+    """The demo service's service.toml: the demo cluster, placement and requeue on, and
+    queue limits scaled to a one-minute demo: demoted after 20 s and 200 s of run
+    (x GPUs in GPU-seconds: queue_gpu_exponent 1)."""
+    return (
+        f'interval_s = 2.0\nstore = "{root}/service.db"\nport = {port}\n'
+        f'report_secret_file = "{secret}"\nplacement = true\npreemption = "requeue"\n'
+        f'[slurm]\nbackend = "cli"\nslurm_conf = "{slurm_conf}"\n'
+        '[policy]\npolicy = "gittins"\nmin_run_s = 30.0\n'
+        "[policy.tuning]\nqueue_thresholds_gpu_s = [20.0, 200.0]\nstarvation_factor = 4.0\n"
+    )
+
+
+def _submit_workload(cluster: LocalCluster) -> dict[str, int]:
+    """Submit WORKLOAD; its Slurm job ids by name."""
+    _say("submitting a mixed DL workload")
+    ids = {}
+    for name, sb_args, secs in WORKLOAD:
+        ids[name] = cluster.sbatch("-J", name, *sb_args, wrap=f"sleep {secs}")
+        print(f"  {ids[name]:>3}  {name:<16} {' '.join(sb_args)}  (runs {secs}s)")
+        time.sleep(0.3)
+    return ids
+
+
+def _watch(config: Path, seconds: float, keep: bool) -> None:
+    """Print the queue as the suite sees it every 10 s, for `seconds` (or until Ctrl-C)."""
+    deadline = time.monotonic() + seconds
+    shown = 0
+    while keep or time.monotonic() < deadline:
+        time.sleep(10 if shown else 6)
+        shown += 1
+        _say(f"slurm-ext queue  (t+{shown * 10 - 4}s)")
+        print(_slurm_ext("queue", config=config))
+
+
+def _show_results(
+    cluster: LocalCluster, client: CliSlurmClient, config: Path, store: Path, gpt_job: int
+) -> None:
+    """The nodes, the 8-GPU job explained, Slurm's sprio, and the agent's stored reports."""
+    _say("slurm-ext nodes")
+    print(_slurm_ext("nodes", config=config))
+    _say(f"slurm-ext explain {gpt_job}  (the 8-GPU job)")
+    print(_slurm_ext("explain", str(gpt_job), config=config))
+    _say("Slurm's own view: sprio (site factor set by the service)")
+    print(cluster.run("sprio", "-o", "%.6i %.10Y %.10S %.8A %.8F"))
+    on_node1 = {
+        j.job_id for j in client.jobs(states=("RUNNING", "COMPLETED")) if "node1" in j.nodes
+    }
+    latest = {}
+    for r in Store(store, readonly=True).reports():
+        if r.job_id in on_node1:
+            latest[r.job_id] = r  # cumulative: the last report per job holds the totals
+    _say(f"node agent reports from node1 stored by the service (jobs {sorted(latest)})")
+    for r in latest.values():
+        print(
+            f"  job {r.job_id}: {r.gpu_seconds:.0f} GPU-s, GPU energy {r.gpu_energy_j:.0f} J, "
+            f"mean GPU util {r.gpu_util_mean:.2f}, CPU cores used {r.cpu_cores_used:.2f}"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -149,7 +210,7 @@ def main() -> int:
     cluster.start()
     service = agent = None
     stop = threading.Event()
-    threads: list[threading.Thread] = []
+    driver: threading.Thread | None = None
     try:
         print(cluster.run("sinfo", "-N", "-o", "%N %t %G %c"))
         secret = root / "report.secret"
@@ -157,15 +218,7 @@ def main() -> int:
         secret.chmod(0o600)
         port = _free_port()
         config = root / "service.toml"
-        config.write_text(
-            f'interval_s = 2.0\nstore = "{root}/service.db"\nport = {port}\n'
-            f'report_secret_file = "{secret}"\nplacement = true\npreemption = "requeue"\n'
-            f'[slurm]\nbackend = "cli"\nslurm_conf = "{cluster.conf_path}"\n'
-            # queue limits scaled to a one-minute demo: demoted after 20 s and 200 s of run
-            # (x GPUs in GPU-seconds: queue_gpu_exponent 1)
-            '[policy]\npolicy = "gittins"\nqueue_thresholds_gpu_s = [20.0, 200.0]\n'
-            "starvation_factor = 4.0\nmin_run_s = 30.0\n"
-        )
+        config.write_text(service_toml(root, cluster.conf_path, port, secret))
         _say(f"starting the priority service: slurm-ext serve --config {config}")
         service = _start(
             [sys.executable, "-m", "slurm_ext.cli", "serve", "--config", str(config)],
@@ -184,53 +237,17 @@ def main() -> int:
             root / "agent.log",
         )
         client = CliSlurmClient(slurm_conf=str(cluster.conf_path), timeout=20)
-        threads = [
-            threading.Thread(
-                target=_drive_gpus, args=(processes, client, "node1", stop), daemon=True
-            ),
-        ]
-        for t in threads:
-            t.start()
+        driver = threading.Thread(
+            target=_drive_gpus, args=(processes, client, "node1", stop), daemon=True
+        )
+        driver.start()
         print(
             f"agent metrics: http://127.0.0.1:{metrics_port}/metrics   "
             f"service metrics: http://127.0.0.1:{port}/metrics"
         )
-
-        _say("submitting a mixed DL workload")
-        ids = {}
-        for name, sb_args, secs in WORKLOAD:
-            ids[name] = cluster.sbatch("-J", name, *sb_args, wrap=f"sleep {secs}")
-            print(f"  {ids[name]:>3}  {name:<16} {' '.join(sb_args)}  (runs {secs}s)")
-            time.sleep(0.3)
-
-        deadline = time.monotonic() + args.seconds
-        shown = 0
-        while args.keep or time.monotonic() < deadline:
-            time.sleep(10 if shown else 6)
-            shown += 1
-            _say(f"slurm-ext queue  (t+{shown * 10 - 4}s)")
-            print(_slurm_ext("queue", config=config))
-        _say("slurm-ext nodes")
-        print(_slurm_ext("nodes", config=config))
-        _say(f"slurm-ext explain {ids['gpt-8gpu']}  (the 8-GPU job)")
-        print(_slurm_ext("explain", str(ids["gpt-8gpu"]), config=config))
-        _say("Slurm's own view: sprio (site factor set by the service)")
-        print(cluster.run("sprio", "-o", "%.6i %.10Y %.10S %.8A %.8F"))
-        from slurm_ext.store.db import Store
-
-        on_node1 = {
-            j.job_id for j in client.jobs(states=("RUNNING", "COMPLETED")) if "node1" in j.nodes
-        }
-        latest = {}
-        for r in Store(root / "service.db", readonly=True).reports():
-            if r.job_id in on_node1:
-                latest[r.job_id] = r  # cumulative: the last report per job holds the totals
-        _say(f"node agent reports from node1 stored by the service (jobs {sorted(latest)})")
-        for r in latest.values():
-            print(
-                f"  job {r.job_id}: {r.gpu_seconds:.0f} GPU-s, GPU energy {r.gpu_energy_j:.0f} J, "
-                f"mean GPU util {r.gpu_util_mean:.2f}, CPU cores used {r.cpu_cores_used:.2f}"
-            )
+        ids = _submit_workload(cluster)
+        _watch(config, args.seconds, args.keep)
+        _show_results(cluster, client, config, root / "service.db", ids["gpt-8gpu"])
         print(f"\nlogs and state are in {root}")
         return 0
     except KeyboardInterrupt:
@@ -238,8 +255,8 @@ def main() -> int:
     finally:
         _say("stopping the agent, the service and the cluster (by PID)")
         stop.set()
-        for t in threads:
-            t.join(10)
+        if driver is not None:
+            driver.join(10)
         _stop(agent)
         _stop(service)
         cluster.stop()

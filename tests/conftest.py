@@ -7,6 +7,7 @@ these tests is the real slurmctld.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from slurm_ext.testing.cluster import LocalCluster, free_ports, slurm2511_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
+SNIPPET = REPO / "etc" / "slurm.conf.snippet"
 # The Slurm releases the live tests run on: Debian 12's, and 25.11 built from the vendored
 # source by scripts/install-slurm2511.sh (its tests skip, saying why, when it is not built).
 SLURM_VERSIONS = ["22.05", "25.11"]
@@ -119,6 +121,22 @@ def _cancel_all(cluster: LocalCluster) -> None:
 def free_port() -> int:
     """A loopback port free now, the kernel's pick (test workers may run in parallel)."""
     return free_ports(1)[0]
+
+
+def snippet_lines(recommended: bool = True) -> list[str]:
+    """etc/slurm.conf.snippet's settings: its required (active) lines and, with
+    `recommended`, the `#Key=Value` lines after its RECOMMENDED header uncommented, as a
+    site whose slurm.conf sets none of those keys takes them."""
+    lines, in_recommended = [], False
+    for raw in SNIPPET.read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("# =") and "RECOMMENDED" in line:
+            in_recommended = True
+        elif line and not line.startswith("#"):
+            lines.append(line)
+        elif recommended and in_recommended and re.fullmatch(r"#[A-Z]\w*=\S+", line):
+            lines.append(line[1:])
+    return lines
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.2, what: str = "condition"):

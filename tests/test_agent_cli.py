@@ -24,9 +24,31 @@ def test_bad_config_exits_2_naming_file_and_key(tmp_path):
     cfg.write_text('interval_s = "5"\n')
     r = run("run", "--config", str(cfg), "--once")
     assert r.returncode == 2 and f"{cfg}: interval_s: expected a number" in r.stderr
-    cfg.write_text('[colocation]\ndefault_class = "vip"\n')
+    classes = tmp_path / "classes.toml"
+    classes.write_text('default_class = "vip"\n')
+    cfg.write_text(f'classes_file = "{classes}"\n')
     r = run("run", "--config", str(cfg), "--once")
-    assert r.returncode == 2 and "colocation.default_class: must be one of" in r.stderr
+    assert r.returncode == 2 and f"{classes}: default_class: must be one of" in r.stderr
+    cfg.write_text('[colocation]\ndefault_class = "opportunistic"\n')
+    r = run("run", "--config", str(cfg), "--once")
+    assert (
+        r.returncode == 2 and f"{cfg}: colocation.default_class: moved to the classes" in r.stderr
+    )
+
+
+def test_a_huge_simulated_gpu_count_is_refused_at_load(tmp_path):
+    """The simulated backend builds every GPU at every read: 10 million hung `show`."""
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('[gpu]\nbackend = "simulated"\nsimulated_count = 10000000\n')
+    r = subprocess.run(
+        [*AGENT, "show", "--config", str(cfg)], capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 2
+    assert f"{cfg}: gpu: simulated_count must be within 1..64 GPUs per node" in r.stderr
+    cfg.write_text('[gpu]\nbackend = "simulated"\nsimulated_count = 64\n')
+    r = run("show", "--config", str(cfg), "--json", "--wait", "0.1")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["gpus"]) == 64
 
 
 def test_unsafe_secret_file_refused(tmp_path):

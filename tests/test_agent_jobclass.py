@@ -23,7 +23,7 @@ from nodeagent.cgroups import job_slurm_env
 from nodeagent.config import AgentConfig
 from nodeagent.gpu import SimulatedGpuReader
 from slurm_ext.core.config import ConfigError, load_config
-from slurm_ext.core.model import Job
+from slurm_ext.core.model import Job, JobClasses
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.testing.cluster import LocalCluster
 
@@ -134,10 +134,12 @@ def make_agent(
     cfg = AgentConfig(node_name=node, state_file=str(tmp_path / f"state-{source}.json"))
     cfg.jobs.source = source
     cfg.jobs.cache_s = 60.0
-    cfg.colocation.opportunistic_partitions = ["opp"]
-    cfg.colocation.guaranteed_partitions = ["gpu"]
-    cfg.colocation.default_class = default_class
-    return Agent(cfg, sim, None, clock=clock, wall=clock, slurm=client)
+    classes = JobClasses(
+        opportunistic_partitions=("opp",),
+        guaranteed_partitions=("gpu",),
+        default_class=default_class,
+    )
+    return Agent(cfg, sim, None, clock=clock, wall=clock, slurm=client, classes=classes)
 
 
 def test_environ_class_is_spoofable_slurm_class_is_not(tmp_path, cluster, jobs):

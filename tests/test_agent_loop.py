@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from conftest import wait_for
 from prometheus_client import generate_latest
 from test_agent_report import SECRET, _Service
 
@@ -17,8 +18,10 @@ from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
 from nodeagent.report import ReportSender
 from nodeagent.testing import BUSY, cpu_used_during, runs
+from slurm_ext.core.model import JobClasses
 
 GIB = 2**30
+SCAVENGER = JobClasses(opportunistic_qos=("scavenger",))
 
 
 class Clock:
@@ -32,10 +35,9 @@ class Clock:
 def make_agent(tmp_path, clock, sim, rapl_dir=None, sender=None) -> Agent:
     cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
     cfg.jobs.source = "environ"  # these jobs exist only as cgroups: no Slurm to ask
-    cfg.colocation.opportunistic_qos = ["scavenger"]
     cfg.colocation.slow_fraction = 0.7
     rapl = RaplReader(rapl_dir) if rapl_dir else None
-    return Agent(cfg, sim, rapl, sender=sender, clock=clock, wall=clock)
+    return Agent(cfg, sim, rapl, sender=sender, clock=clock, wall=clock, classes=SCAVENGER)
 
 
 def test_attribution_pause_resume_end_to_end(tmp_path, cg):
@@ -171,16 +173,19 @@ def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
         agent = make_agent(tmp_path, clock, sim, sender=sender)
         pid = cg.start(701)
         sim.assign(pid, 0, 3 * GIB, 0.5)
-        agent.step()
+        agent.step()  # the report is sent by the sender's thread, not in the step
+        wait_for(lambda: service.received, what="the first report")
         assert [(r.job_id, r.final) for r in service.received] == [(701, False)]
         clock.t += 10
         agent.step()  # within the report interval: nothing sent
+        time.sleep(0.5)
         assert len(service.received) == 1
         proc = cg.procs[-1]
         proc.kill()
         proc.wait()
         clock.t += 10
         agent.step()
+        wait_for(lambda: len(service.received) == 2, what="the final report")
         final = service.received[-1]
         assert (final.job_id, final.final, final.node) == (701, True, "gpu01")
         assert final.gpu_seconds == pytest.approx(10.0)
@@ -188,6 +193,7 @@ def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
         assert final.gpu_mem_peak_bytes == 3 * GIB
         assert final.gpu_type == "Simulated H100"
         assert 701 not in agent.accounts
+        agent.reports.close(1.0)
     finally:
         service.close()
 
@@ -281,10 +287,9 @@ def test_eaco_verdict_inputs_learnt_or_configured_in_reason_and_metrics(tmp_path
     sim.assign(g_pid, 0, 10 * GIB, 0.6)
     cfg = AgentConfig(node_name="gpu01", state_file=str(tmp_path / "state.json"))
     cfg.jobs.source = "environ"
-    cfg.colocation.opportunistic_qos = ["scavenger"]
     cfg.colocation.eaco.enabled = True
     cfg.colocation.eaco.gpu_idle_w = 100.0
-    agent = Agent(cfg, sim, None, clock=clock, wall=clock)
+    agent = Agent(cfg, sim, None, clock=clock, wall=clock, classes=SCAVENGER)
     assert agent.step() == []  # solo power 300 W learnt
     clock.t += 5
     sim.assign(o1, 0, 5 * GIB, 0.2)

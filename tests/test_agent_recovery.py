@@ -35,8 +35,11 @@ def agent_config(tmp: Path, placement: Path, url: str) -> Path:
     secret = tmp / "secret"
     secret.write_text("s3cret\n")
     secret.chmod(0o600)
+    classes = tmp / "classes.toml"
+    classes.write_text('opportunistic_qos = ["scavenger"]\n')
     cfg.write_text(
         f'node_name = "n1"\ninterval_s = 0.3\nstate_file = "{tmp / "state.json"}"\n'
+        f'classes_file = "{classes}"\n'
         f'[gpu]\nbackend = "simulated"\nsimulated_count = 1\n'
         f'simulated_processes_file = "{placement}"\n'
         f'[energy]\nrapl_root = "{tmp / "no-rapl"}"\n'
@@ -44,7 +47,7 @@ def agent_config(tmp: Path, placement: Path, url: str) -> Path:
         f'[report]\nenabled = true\nservice_url = "{url}"\nsecret_file = "{secret}"\n'
         f'interval_s = 60\ntimeout_s = 60\nspool_dir = "{tmp / "spool"}"\n'
         '[jobs]\nsource = "environ"\n'
-        '[colocation]\nopportunistic_qos = ["scavenger"]\nmemory_high = 0.5\n'
+        "[colocation.tuning]\nmemory_high = 0.5\n"
     )
     return cfg
 
@@ -128,6 +131,57 @@ def test_unknown_keys_and_garbage_do_not_stop_recovery(tmp_path, cg, caplog):
     assert runs([o_pid])
     assert 601 in again.accounts  # the readable account is kept
     assert "from_a_newer_version" in caplog.text and "solo_util unreadable" in caplog.text
+
+
+@pytest.mark.parametrize("lost", ["emptied", "deleted"])
+def test_a_job_left_frozen_without_a_record_is_found_and_thawed(tmp_path, cg, caplog, lost):
+    """The state file is emptied (or deleted) while the agent is down, and the guaranteed
+    job leaves meanwhile: nothing records the pause, the cgroup scan finds it."""
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    agent, o_pid = _paused_agent(tmp_path, cg, clock, sim)
+    path = tmp_path / "state.json"
+    if lost == "emptied":
+        path.write_text("")
+    else:
+        path.unlink()
+    del agent  # a crash
+    guaranteed = cg.procs[0]
+    guaranteed.kill()
+    guaranteed.wait()
+    again = make_agent(tmp_path, clock, sim)
+    assert frozen(cg, 602)
+    clock.t += 5
+    actions = again.step()
+    assert [(a.kind, a.job_id, a.code) for a in actions] == [("resume", 602, "idle")]
+    assert not frozen(cg, 602) and runs([o_pid])
+    assert "job 602 found frozen (cgroup-v" in caplog.text
+    aside = list(tmp_path.glob("state.json.corrupt-*"))
+    assert len(aside) == (1 if lost == "emptied" else 0)
+    assert json.loads(path.read_text())["paused"] == []  # a fresh state file
+
+
+def test_a_job_found_frozen_stays_paused_while_its_guaranteed_neighbour_is_busy(tmp_path, cg):
+    """Found frozen with no record, it is the agent's pause: the co-location rules keep it
+    while the guaranteed job beside it is busy, and thaw it when that job leaves."""
+    clock = Clock()
+    sim = SimulatedGpuReader(1, clock=clock)
+    agent, o_pid = _paused_agent(tmp_path, cg, clock, sim)
+    (tmp_path / "state.json").write_text('{"paused": [{"job_id": 6')  # cut in the record
+    del agent
+    again = make_agent(tmp_path, clock, sim)
+    clock.t += 5
+    assert again.step() == []
+    assert list(again.coloc.paused) == [602] and frozen(cg, 602)
+    assert again.snapshot.jobs[602].paused
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert [p["job_id"] for p in saved["paused"]] == [602]  # recorded again
+    guaranteed = cg.procs[0]
+    guaranteed.kill()
+    guaranteed.wait()
+    clock.t += 5
+    assert [(a.kind, a.job_id) for a in again.step()] == [("resume", 602)]
+    assert runs([o_pid])
 
 
 def test_a_pause_that_cannot_be_recorded_is_not_made(tmp_path, cg):

@@ -5,9 +5,9 @@ loopback HTTP service that answers 503 until told otherwise."""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
+from conftest import wait_for
 from prometheus_client import generate_latest
 from test_agent_report import SECRET, _Service, make_report
 
@@ -77,10 +77,12 @@ def test_agent_snapshot_and_metrics_show_the_backlog(service, tmp_path):
     cfg = AgentConfig(node_name="gpu01", state_file="", proc_root=str(tmp_path / "proc"))
     (tmp_path / "proc").mkdir()  # no processes: other jobs on this machine stay out of it
     cfg.jobs.source = "environ"
+    cfg.interval_s = 0.1  # the sender's thread looks at the spool this often
     cfg.report.interval_s = 0.0  # a report at every step
     sender = ReportSender(service.url, "gpu01", SECRET, tmp_path / "spool", backoff_base_s=0.01)
     agent = Agent(cfg, SimulatedGpuReader(1), None, sender=sender)
-    sender.send([make_report(1)])  # no job on the node: one batch by hand
+    sender.enqueue([make_report(1)])  # no job on the node: one batch by hand
+    wait_for(lambda: sender.failures, what="the sender's thread to try and fail")
     agent.step()
     snap = agent.snapshot
     assert snap.report_failing_s is not None and snap.report_failing_s > 0
@@ -88,15 +90,15 @@ def test_agent_snapshot_and_metrics_show_the_backlog(service, tmp_path):
     text = generate_latest(make_registry(agent)).decode()
     assert "slurm_ext_agent_report_backlog_batches 1.0" in text
     service.fail_with = None
-    time.sleep(0.2)  # past the back-off
-    agent.step()  # the step's flush delivers the spooled batch ...
-    assert agent.snapshot.report_backlog == 1  # (published before its reports are sent)
-    agent.step()  # ... which the next snapshot shows
+    # the sender's thread delivers the spooled batch past the back-off, the loop goes on
+    wait_for(lambda: not sender.pending(), what="the spooled batch delivered")
+    agent.step()  # which the next snapshot shows
     assert agent.snapshot.report_failing_s == 0.0 and agent.snapshot.report_backlog == 0
     assert (
         "slurm_ext_agent_report_failing_seconds 0.0"
         in generate_latest(make_registry(agent)).decode()
     )
+    agent.reports.close(1.0)
 
 
 def test_no_report_metrics_without_reports(tmp_path):

@@ -13,7 +13,7 @@ from slurm_ext.service.fold import fold_jobs
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import Store
 from slurm_ext.store.rows import DecisionRecord
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 
 def _job(job_id: int, state: str, gpus: int = 8, start=None, end=None, **kw) -> Job:

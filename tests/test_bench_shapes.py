@@ -1,12 +1,7 @@
-"""benchmarks/bench_shapes.py: each shape's trace and cluster are what its row says."""
+"""benchmarks/studies/shapes.py: each shape's trace and cluster are what its row says."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from bench_shapes import MIXES, SHAPES, one, trace  # noqa: E402
-from bench_targets import runs  # noqa: E402
+from benchmarks.studies.shapes import MIXES, SHAPES, one, trace
+from benchmarks.studies.targets import runs
 
 
 def test_shapes_change_what_they_name():

@@ -107,12 +107,16 @@ def test_real_mapping_pause_resume(cg):
     assert job_slurm_env(jobs[9101].pids)["SLURM_JOB_QOS"] == "scavenger"
     assert runs(busy)
     freezer = JobFreezer(MOUNTS)
+    assert freezer.frozen(jobs[9101]) is None
     rec = freezer.pause(jobs[9101])
     assert rec.method == ("cgroup-v1" if cg.version == 1 else "cgroup-v2")
     cpu_used_during(busy, 0.1)  # let the freeze settle
     assert cpu_used_during(busy, 0.4) < 0.02
+    assert freezer.frozen(jobs[9101]) == rec  # what an agent that lost its record finds
+    assert freezer.frozen(jobs[9102]) is None
     assert freezer.resume(rec)
     assert runs(busy)
+    assert freezer.frozen(jobs[9101]) is None
 
 
 def test_environ_fallback_and_sigstop(tmp_path):

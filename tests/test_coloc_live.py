@@ -11,7 +11,13 @@ import pytest
 
 from nodeagent.replay import ReplayAgents
 from slurm_ext.replay.plan import plan
-from slurm_ext.replay.sharing import FREEZER, parse_gpu_indices, replay_coloc, shared_sbatch_args
+from slurm_ext.replay.sharing import (
+    FREEZER,
+    SharedCluster,
+    parse_gpu_indices,
+    replay_coloc,
+    shared_sbatch_args,
+)
 from slurm_ext.sim.sharing import JobProfile
 from slurm_ext.sim.traces import TraceJob
 
@@ -50,7 +56,7 @@ def test_opportunistic_on_shard_paused_and_resumed(tmp_path: Path) -> None:
         TraceJob(2, 1, 300.0, 900.0, opportunistic=True),
     ]
     prof = {0: JobProfile(0.95, 0.3), 1: JobProfile(0.3, 0.3), 2: JobProfile(0.95, 0.2)}
-    row = replay_coloc(jobs, "shared", tmp_path, SPEEDUP, 1, 2, prof, ReplayAgents())
+    row = replay_coloc(jobs, "shared", tmp_path, SPEEDUP, SharedCluster(1, 2), prof, ReplayAgents())
     assert row["guaranteed_jobs"] == 2 and row["opportunistic_jobs"] == 1
     assert row["started_on_shard"] == 1 and row["opportunistic_sharing"] == 1
     assert row["model_errors"] == 0

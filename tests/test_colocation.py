@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_ext.core.model import JobClasses
 from slurm_ext.policy.colocation import (
     GUARANTEED as G,
 )
@@ -11,7 +12,6 @@ from slurm_ext.policy.colocation import (
     OPPORTUNISTIC as O,
 )
 from slurm_ext.policy.colocation import (
-    ClassRules,
     CoState,
     EacoModel,
     GpuView,
@@ -26,13 +26,19 @@ from slurm_ext.policy.colocation import (
 
 
 def test_classify_qos_then_partition_then_default():
-    rules = ClassRules(("high",), ("scavenger",), ("gpu",), ("spot",), default=G)
+    rules = JobClasses(
+        guaranteed_qos=("high",),
+        opportunistic_qos=("scavenger",),
+        guaranteed_partitions=("gpu",),
+        opportunistic_partitions=("spot",),
+        default_class=G,
+    )
     assert classify("scavenger", "gpu", rules) == O  # QOS decides first
     assert classify("high", "spot", rules) == G
     assert classify("normal", "spot", rules) == O
     assert classify("normal", "gpu,spot", rules) == O
     assert classify("normal", "gpu", rules) == G
-    assert classify(None, None, ClassRules(default=O)) == O
+    assert classify(None, None, JobClasses(default_class=O)) == O
 
 
 def view(*jobs, mem=0.5, power=300.0, gpu="g0"):

@@ -4,7 +4,6 @@ naming the key and the file; deeply nested TOML is refused before the parser rec
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import typing
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import AgentConfig
-from slurm_ext.core.config import ConfigError, load_config
+from slurm_ext.core.config import ConfigError, file_keys, load_config
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.predict.cpu import PredictorFile
 from slurm_ext.service.loop import ServiceConfig
@@ -23,16 +22,18 @@ CONFIGS = {"service": ServiceConfig, "agent": AgentConfig, "predictor": Predicto
 # keys where 0 means nothing (an interval, a timeout, a count, a size)
 ZERO_MEANINGLESS = {
     "service": ["interval_s", "backoff_max_s", "sacct_days", "sacct_refresh_s", "value_min",
-                "slurm.timeout_s", "predictor.rebuild_every_s", "policy.history_window",
-                "policy.gittins_grid_start_gpu_s", "policy.gittins_grid_per_decade",
-                "policy.gittins_class_min_samples"],
-    "agent": ["interval_s", "gpu.util_window_s", "gpu.energy_interval_s", "report.interval_s",
-              "report.timeout_s", "report.spool_max_batches", "report.backoff_max_s",
-              "jobs.timeout_s", "jobs.cache_s"],
+                "slurm.timeout_s", "predictor.rebuild_every_s", "policy.tuning.history_window",
+                "policy.tuning.gittins_grid_start_gpu_s", "policy.tuning.gittins_grid_per_decade",
+                "policy.tuning.gittins_class_min_samples",
+                "policy.tuning.gittins_kind_min_samples"],
+    "agent": ["interval_s", "gpu.simulated_count", "gpu.util_window_s", "gpu.energy_interval_s",
+              "report.interval_s", "report.timeout_s", "report.spool_max_batches",
+              "report.backoff_max_s", "jobs.timeout_s", "jobs.cache_s"],
     "predictor": ["predictor.min_samples", "predictor.min_cpus_per_gpu",
                   "predictor.max_cpus_per_gpu", "predictor.site_default_cpus_per_gpu"],
-    "policy": ["history_window", "gittins_grid_start_gpu_s", "gittins_grid_per_decade",
-               "gittins_class_min_samples"],
+    "policy": ["tuning.history_window", "tuning.gittins_grid_start_gpu_s",
+               "tuning.gittins_grid_per_decade", "tuning.gittins_class_min_samples",
+               "tuning.gittins_kind_min_samples", "fairshare_calc_period_s"],
 }  # fmt: skip
 BAD = ("nan", "inf", "-inf", "-1", "1e300")
 CLIS = {
@@ -45,19 +46,21 @@ CLIS = {
 }  # fmt: skip
 
 
-def numeric_keys(cls: type, prefix: str = "") -> list[tuple[str, str]]:
-    """(dotted key, 'int' or 'float' or 'list') for every number a config file can set."""
+def numeric_keys(cls: type) -> list[tuple[str, str]]:
+    """(dotted key, 'int' or 'float' or 'list') for every number a config file can set,
+    where the file sets it (`[x.tuning]` tables, the simulator's keys in its policy file)."""
     out = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            out += numeric_keys(tp, prefix + f.name + ".")
-        elif tp in (int, float):
-            out.append((prefix + f.name, tp.__name__))
+    for key, tp in file_keys(cls, simulator=cls is PolicyConfig):
+        if tp in (int, float):
+            out.append((key, tp.__name__))
         elif typing.get_origin(tp) is list and typing.get_args(tp)[0] in (int, float):
-            out.append((prefix + f.name, "list"))
+            out.append((key, "list"))
     return out
+
+
+def load(cls: type, path: Path) -> object:
+    """As the daemon (or, for the policy file, `slurm-ext simulate`) reads it."""
+    return load_config(cls, path, simulator=cls is PolicyConfig)
 
 
 def toml_for(key: str, literal: str, kind: str) -> str:
@@ -83,7 +86,7 @@ def test_every_numeric_key_refuses_nan_infinities_negatives_and_absurd_sizes(dae
                 literal = str(10**15)
             path.write_text(toml_for(key, literal, kind))
             try:
-                load_config(cls, path)
+                load(cls, path)
             except ConfigError as exc:
                 assert str(path) in str(exc) and key.split(".")[-1] in str(exc), str(exc)
             else:
@@ -100,7 +103,7 @@ def test_zero_is_refused_where_it_means_nothing(daemon, tmp_path):
     for key in ZERO_MEANINGLESS[daemon]:
         path.write_text(toml_for(key, "0", kinds[key]))
         try:
-            load_config(cls, path)
+            load(cls, path)
         except ConfigError as exc:
             assert str(path) in str(exc) and key.split(".")[-1] in str(exc), str(exc)
         else:

@@ -1,5 +1,6 @@
 """etc/grafana-dashboard.json and etc/prometheus-rules.yml parse, and every metric they
-name is one the code exports (collected from the real exporters' registries)."""
+name is one the code exports (collected from the real exporters' registries);
+etc/slurm.conf.snippet requires nothing that is a site's own choice."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import snippet_lines
 
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.exporter import make_jobstats_registry, make_registry
 from nodeagent.gpu import SimulatedGpuReader
+from slurm_ext.core import tomlio
 from slurm_ext.service.metrics import ServiceMetrics
 
 ETC = Path(__file__).resolve().parents[1] / "etc"
@@ -137,3 +140,17 @@ def test_rules_use_the_scrape_job_names():
 @pytest.mark.parametrize("bad", ["slurm_ext_gpu_energy_joules", "slurm_ext_pass_seconds"])
 def test_a_wrong_name_would_be_caught(bad):
     assert set(METRIC_RE.findall(f"rate({bad}[5m])")) - EXPORTED == {bad}
+
+
+def test_the_snippet_requires_no_site_choice():
+    """Its required lines leave a site's priority weights, calc period and requeue default
+    as they are; its recommended lines are commented out; the CPUs per GPU it requires are
+    the predictor's default, which applies through them."""
+    required = dict(line.split("=", 1) for line in snippet_lines(recommended=False))
+    assert required["PriorityType"] == "priority/multifactor"  # SiteFactor is its term
+    assert [k for k in required if k.startswith("Priority")] == ["PriorityType"]
+    assert "JobRequeue" not in required and "shard" in required["GresTypes"].split(",")
+    recommended = dict(line.split("=", 1) for line in snippet_lines()).keys() - required
+    assert recommended == {"SelectTypeParameters", "DefMemPerCPU", "PriorityWeightAge"}
+    predictor = tomlio.loads((ETC / "predictor.toml").read_text())["predictor"]
+    assert int(required["DefCpuPerGPU"]) == predictor["site_default_cpus_per_gpu"]

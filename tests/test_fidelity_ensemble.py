@@ -1,6 +1,7 @@
-"""bench_fidelity.py's distributions (issue 13): the simulated ensemble's perturbations
-are inputs only (timer phase, submit lag, launch overhead), and the live side's repeats
-and the comparison of means read the runs they are given."""
+"""benchmarks/studies/fidelity.py's distributions (the 10 % target read on means): the
+simulated ensemble's perturbations are inputs only (timer phase, submit lag, launch
+overhead), and the live side's repeats and the comparison of means read the runs they
+are given."""
 
 from __future__ import annotations
 
@@ -14,19 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.studies import fidelity
+from benchmarks.studies.fidelity_ctld import LOG, ctld_times, launch_extras, submit_lags
+from benchmarks.studies.fidelity_ensemble import Draws, Spread, perturb, pooled, timer_span_s
+from benchmarks.studies.fidelity_tables import Cell, summary
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.engine import SimConfig
 from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import bench_fidelity  # noqa: E402
-from fidelity_ctld import LOG, ctld_times, launch_extras, submit_lags  # noqa: E402
-from fidelity_ensemble import Draws, Spread, perturb, pooled, timer_span_s  # noqa: E402
-from fidelity_tables import Cell, summary  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SPEEDUP = 1500.0
 
@@ -67,25 +66,20 @@ def test_sim_inputs_give_the_main_scheduler_its_whole_second_tick():
     args = dict(
         nodes=4, gpus_per_node=4, preemptible_fraction=0.5, seed=0, scheduler="slurm",
         willrun=True, checkpoint_interval=1800.0, requeue_hold=True, slurm_clock=True,
-        sched_tick=True, core_fit=True, whole_nodes=True, spread_victims=True,
+        sched_tick=True, core_fit=True, whole_nodes=True,
     )  # fmt: skip
-    _, cl = bench_fidelity.sim_inputs(jobs(), argparse.Namespace(**args), "slurm", SPEEDUP)
-    # runs of the service before session 9 read a replay's job as free to spread
-    # (--spread-victims)
-    assert cl.spread_victims
-    ns = argparse.Namespace(**{**args, "spread_victims": False})
-    assert not bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].spread_victims
+    _, cl = fidelity.sim_inputs(jobs(), argparse.Namespace(**args), "slurm", SPEEDUP)
     assert cl.sched_tick_s == SPEEDUP  # 1 wall s
     assert cl.fit_cores == 16  # the replay's 16-core nodes (replay.target.local)
     assert cl.bf_whole_nodes  # backfill's node bitmap
     ns = argparse.Namespace(**{**args, "whole_nodes": False})  # --gpu-resv
-    assert not bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].bf_whole_nodes
+    assert not fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].bf_whole_nodes
     for off in (dict(sched_tick=False), dict(scheduler="greedy")):
         ns = argparse.Namespace(**{**args, **off})
-        assert bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].sched_tick_s == 0.0
+        assert fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].sched_tick_s == 0.0
     for off in (dict(core_fit=False), dict(scheduler="greedy")):  # --gpu-fit
         ns = argparse.Namespace(**{**args, **off})
-        assert bench_fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].fit_cores == 0
+        assert fidelity.sim_inputs(jobs(), ns, "slurm", SPEEDUP)[1].fit_cores == 0
     # the ensemble's shift draws the tick's phase too
     assert timer_span_s(cluster(sched_tick_s=40 * SPEEDUP)) == 40 * SPEEDUP
 
@@ -265,14 +259,14 @@ def test_launch_and_lags_read_to_the_millisecond_from_slurmctlds_log(tmp_path):
 
 def test_live_dirs_repeats_and_live_from(tmp_path):
     def args(**kw):
-        return bench_fidelity.argparse.Namespace(**{"live_from": None, "repeats": 1, **kw})
+        return fidelity.argparse.Namespace(**{"live_from": None, "repeats": 1, **kw})
 
-    assert bench_fidelity.live_dirs(args(), tmp_path) == [(tmp_path, tmp_path)]
-    assert bench_fidelity.live_dirs(args(repeats=2), tmp_path) == [
+    assert fidelity.live_dirs(args(), tmp_path) == [(tmp_path, tmp_path)]
+    assert fidelity.live_dirs(args(repeats=2), tmp_path) == [
         (tmp_path / "r1", tmp_path / "r1"),
         (tmp_path / "r2", tmp_path / "r2"),
     ]
-    got = bench_fidelity.live_dirs(args(live_from="/a,/b"), tmp_path)
+    got = fidelity.live_dirs(args(live_from="/a,/b"), tmp_path)
     assert got == [(Path("/a"), tmp_path / "r1"), (Path("/b"), tmp_path / "r2")]
 
 
@@ -287,7 +281,8 @@ def test_live_dirs_repeats_and_live_from(tmp_path):
 )
 def test_bad_options_are_refused_before_anything_runs(argv, message):
     res = subprocess.run(
-        [sys.executable, str(BENCH / "bench_fidelity.py"), *argv],
+        [sys.executable, "-m", "benchmarks.studies.fidelity", *argv],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,4 +1,4 @@
-"""benchmarks/fidelity_gain.py (the pooled live verdict) and fidelity_predict.py (a
+"""benchmarks/studies/fidelity_gain.py (the pooled live verdict) and fidelity_predict.py (a
 replay's prediction): the statistics against known values, and both scripts on real
 files and real simulations."""
 
@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-from fidelity_gain import (  # noqa: E402
+from benchmarks.studies.fidelity_gain import (
     PairedRun,
     read_run,
     report,
@@ -23,6 +20,8 @@ from fidelity_gain import (  # noqa: E402
     t_statistic,
     t_two_sided_p,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -87,7 +86,8 @@ def test_paired_run_ratio() -> None:
 
 def run_predict(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(BENCH / "fidelity_predict.py"), *argv],
+        [sys.executable, "-m", "benchmarks.studies.fidelity_predict", *argv],
+        cwd=REPO,
         capture_output=True,
         text=True,
         check=False,

@@ -135,11 +135,10 @@ def test_the_keep_ends_after_its_share_of_the_predicted_run():
     assert simulator_decides(cfg) == (order, victims)
 
 
-@pytest.mark.parametrize("guard", ["site", "promote"])
-def test_guarded_flag_survives_the_fair_share_composition(guard):
+def test_guarded_flag_survives_the_fair_share_composition():
     # composed with Slurm's fair-share the guard is a site factor, not the GUARDED score:
     # the decision still says the job is guarded, so its stint is marked
-    cfg = replace(_cfg(1.0), fairshare_site_weight=1000.0, fairshare_guard=guard)
+    cfg = replace(_cfg(1.0), fairshare_site_weight=1000.0)
     flags = {d.job_id: d.guarded for d in rank_at_now(cfg)}
     assert flags == {WIDE: False, NARROW: True}  # running: not lifted now
     assert starts_promoted(rank_at_now(cfg), cfg) == {NARROW}

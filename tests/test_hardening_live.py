@@ -28,6 +28,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.gpu import SimulatedGpuReader
 from slurm_ext import demo
 from slurm_ext.core.config import load_config
+from slurm_ext.core.model import JobClasses
 from slurm_ext.core.reports import SIGNATURE_HEADER, encode_reports, sign
 from slurm_ext.service.listener import SlurmJobNodes
 from slurm_ext.service.metrics import ServiceMetrics, serve_http
@@ -87,9 +88,9 @@ def slurm_agent(tmp_path: Path, cluster: LocalCluster, node: str, sim, clock) ->
     cfg = AgentConfig(node_name=node, state_file=str(tmp_path / "state.json"))
     cfg.jobs.source = "slurm"
     cfg.jobs.slurm_conf = str(cluster.conf_path)
-    cfg.colocation.opportunistic_partitions = ["opp"]
     cfg.colocation.memory_high = 0.5
-    return Agent(cfg, sim, None, clock=clock, wall=clock, slurm=client(cluster))
+    classes = JobClasses(opportunistic_partitions=("opp",))
+    return Agent(cfg, sim, None, clock=clock, wall=clock, slurm=client(cluster), classes=classes)
 
 
 def test_recovery_thaws_what_the_agent_froze_but_never_a_job_slurm_suspended(tmp_path, live, jobs):

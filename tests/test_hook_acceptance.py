@@ -1,7 +1,7 @@
 """The submit hook never makes slurmctld reject a job it would accept without the hook.
 
-A grid of sbatch option sets (every way to ask for GPUs, with node counts, tasks and memory
-per CPU) is submitted to the session cluster without the hook, then to a cluster of the
+A grid of sbatch option sets (every way to ask for GPUs, with node counts, tasks, memory
+per CPU and --exclusive) is submitted to the session cluster without the hook, then to a cluster of the
 same shape with the hook and a table that asks for a whole node's cores per GPU (16 on
 16-core 4-GPU nodes) and 8 GPUs for elastic jobs. Every set accepted without the hook must
 be accepted with it, on each Slurm release. Each set goes through `sbatch --test-only`:
@@ -41,7 +41,10 @@ TASK_OPTIONS = [
     ["--gpus-per-task=2", "-n", "2"],
     ["--gpus-per-task=1", "-n", "4"],
 ]
-EXTRAS = [[], ["-N", "2"], ["-n", "4"], ["--mem-per-cpu=3000"]]
+EXTRAS = [
+    [], ["-N", "2"], ["-n", "4"], ["--mem-per-cpu=3000"], ["--exclusive"], ["-n", "16"],
+    ["-n", "24"], ["-n", "16", "-N", "2"],
+]  # fmt: skip
 OPTION_SETS = (
     [g + e + ["--comment=model=big"] for g in GPU_OPTIONS for e in EXTRAS]
     + [t + e + ["--comment=model=big"] for t in TASK_OPTIONS for e in ([], ["-N", "2"])]
@@ -99,6 +102,9 @@ def test_every_set_accepted_without_the_hook_is_accepted_with_it(pair) -> None:
     assert not rejected, f"{len(rejected)} of {len(ok)} rejected only with the hook: {rejected}"
     # the grid is worth something: most sets are valid, and the hook did rewrite them
     assert len(ok) >= 40, [k for k in without if k not in ok]
-    told = [msg for _, msg in with_hook.values() if "slurm-ext:" in msg]
-    assert len(told) >= len(ok) - 2, with_hook
+    # every core of an --exclusive job's nodes is its own: its CPUs are left alone
+    whole = [k for k in ok if "--exclusive" in k]
+    assert whole and not [k for k in whole if "cpus_per_tres" in with_hook[k][1]], with_hook
+    told = [with_hook[k][1] for k in ok if k not in whole and "slurm-ext:" in with_hook[k][1]]
+    assert len(told) >= len(ok) - len(whole) - 2, with_hook
     assert any("capped from 16" in m for m in told) and any("tres_per_node" in m for m in told)

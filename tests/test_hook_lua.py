@@ -55,6 +55,11 @@ JOBS = [
     JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", cpus_per_tres="gres:gpu:3"),
     JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", cpus_per_task=4),
     JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", cpus_per_task=65534),
+    # --exclusive (shared 0): CPUs left alone, the GPU count still elastic; other sharing kept
+    JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", shared=0),
+    JobRequest(comment="model=bert elastic=1-4", tres_per_node="gres:gpu:1", shared=0),
+    JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", shared=1),
+    JobRequest(comment="model=resnet50", tres_per_node="gres:gpu:1", shared=65534),
     JobRequest(comment="model=bert elastic=1-4", tres_per_node="gres:gpu:1"),
     JobRequest(comment="model=bert elastic=1-2", tres_per_node="gres:gpu:v100:1"),
     JobRequest(comment="model=bert elastic=1-4 opt_out=gpu", tres_per_node="gres:gpu:1"),
@@ -97,7 +102,7 @@ def _case(table: str, job: JobRequest, conf: HookConfig) -> tuple:
         "plan", table, job.comment, job.name, job.user_name, job.tres_per_node, job.tres_per_job,
         job.cpus_per_tres, job.cpus_per_task, job.max_cpus_per_node,
         "1" if conf.respect_explicit_cpus else "0", conf.max_cpus_per_gpu, conf.gpus_per_node,
-        job.tres_per_task, job.num_tasks,
+        job.tres_per_task, job.num_tasks, job.shared,
     )  # fmt: skip
 
 
@@ -185,6 +190,12 @@ def test_expected_rewrites() -> None:
     }
     assert changes(comment="model=resnet50", tres_per_task="gres/gpu:v100=1") == {
         "cpus_per_tres": "gres/gpu:7"
+    }
+    # --exclusive: the job has every core of its nodes; a CPU count per GPU only made Slurm
+    # refuse it ("Requested node configuration is not available")
+    assert changes(comment="model=resnet50", tres_per_node="gres:gpu:1", shared=0) == {}
+    assert changes(comment="model=resnet50", tres_per_node="gres:gpu:1", shared=1) == {
+        "cpus_per_tres": "gres:gpu:6"
     }
     # caps by what one node has: 3 tasks x 1 GPU on 16 CPUs -> 5 each; 8 GPUs on 4-GPU nodes
     rw = plan_rewrite(

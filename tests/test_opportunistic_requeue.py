@@ -12,7 +12,7 @@ from conftest import wait_for
 
 from nodeagent.accounts import JobAccount
 from slurm_ext.core.config import ConfigError, load_config
-from slurm_ext.core.model import Job, JobState
+from slurm_ext.core.model import Job, JobClasses, JobState
 from slurm_ext.core.reports import JobReport, decode_reports, encode_reports
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.opportunistic import overdue
@@ -25,6 +25,7 @@ from slurm_ext.sim.traces import TraceJob
 from slurm_ext.store.db import Store
 
 ON = OpportunisticSection(max_pause_s=300.0)
+CLASSES = JobClasses()  # the defaults: QOS "opportunistic" and "scavenger"
 
 
 def job(job_id: int, **kw) -> Job:
@@ -102,14 +103,15 @@ def test_only_running_opted_in_opportunistic_jobs_paused_long_enough_by_fresh_re
         15: [report(15, 1900.0, 1400.0), report(15, 1990.0, None, period_start=1950.0)],
         16: [report(16, 1990.0, 1000.0)],
     }
-    cfg = OpportunisticSection(
-        max_pause_s=300.0, opportunistic_partitions=["scavenge"], guaranteed_qos=["gold"]
-    )
-    assert overdue_jobs(jobs, lambda j: reps[j], now, cfg) == [1, 10, 11]
+    cfg = OpportunisticSection(max_pause_s=300.0)
+    classes = JobClasses(opportunistic_partitions=("scavenge",), guaranteed_qos=("gold",))
+    assert overdue_jobs(jobs, lambda j: reps[j], now, cfg, classes) == [1, 10, 11]
     # measured on the agent's clock: a report 10 s old says 400 s, not 410
     assert paused_for(jobs[0], reps[1], now, cfg) == 400.0
-    assert overdue_jobs(jobs, lambda j: reps[j], now, OpportunisticSection()) == []  # off
-    assert overdue_jobs(jobs, lambda j: reps[j], now, OpportunisticSection(max_pause_s=450)) == []
+    off = OpportunisticSection()
+    assert overdue_jobs(jobs, lambda j: reps[j], now, off, classes) == []
+    longer = OpportunisticSection(max_pause_s=450)
+    assert overdue_jobs(jobs, lambda j: reps[j], now, longer, classes) == []
 
 
 def test_the_service_picks_what_the_simulator_requeues():
@@ -145,7 +147,7 @@ def test_the_service_picks_what_the_simulator_requeues():
             reps = {
                 j: [report(j, t, since[j], node=nodes[j], period_start=since[j])] for j in since
             }
-            assert overdue_jobs(jobs, lambda j, r=reps: r[j], t, ON) == want
+            assert overdue_jobs(jobs, lambda j, r=reps: r[j], t, ON, CLASSES) == want
 
 
 def test_paused_since_on_the_wire_is_checked_and_optional():
@@ -220,14 +222,15 @@ def test_service_requeues_a_job_reported_paused_too_long(live, tmp_path):
     wait_for(lambda: {opted, plain} <= running().keys(), what="jobs running")
     jobs = running()
 
-    def pass_with(store: Store, **section) -> list[int]:
+    def pass_with(store: Store, max_pause_s: float, partitions: tuple[str, ...]) -> list[int]:
         cfg = ServiceConfig(
             store=str(tmp_path / "service.db"),
             port=0,
             history_source="store",
-            opportunistic=OpportunisticSection(**section),
+            opportunistic=OpportunisticSection(max_pause_s=max_pause_s),
         )
-        return Service(cfg, client, store).run_pass().requeued
+        classes = JobClasses(opportunistic_qos=(), opportunistic_partitions=partitions)
+        return Service(cfg, client, store, classes=classes).run_pass().requeued
 
     store = Store(tmp_path / "service.db")
     started = max(jobs[j].start_time or 0.0 for j in (opted, plain))
@@ -242,24 +245,16 @@ def test_service_requeues_a_job_reported_paused_too_long(live, tmp_path):
     )
     part = jobs[opted].partition
     # every job guaranteed (no opportunistic QOS or partition): nobody goes
-    assert pass_with(store, max_pause_s=2.0, opportunistic_qos=[]) == []
+    assert pass_with(store, 2.0, ()) == []
     # a bound longer than the pause: nobody goes
-    assert (
-        pass_with(store, max_pause_s=900.0, opportunistic_qos=[], opportunistic_partitions=[part])
-        == []
-    )
-    assert pass_with(
-        store, max_pause_s=2.0, opportunistic_qos=[], opportunistic_partitions=[part]
-    ) == [opted]
+    assert pass_with(store, 900.0, (part,)) == []
+    assert pass_with(store, 2.0, (part,)) == [opted]
     show = c.run("scontrol", "show", "job", str(opted))
     assert "Restarts=1" in show, show
     assert "Restarts=0" in c.run("scontrol", "show", "job", str(plain))
     assert plain in running()
     # requeued: pending (or running again, a new stint); the old report no longer counts
-    assert (
-        pass_with(store, max_pause_s=2.0, opportunistic_qos=[], opportunistic_partitions=[part])
-        == []
-    )
+    assert pass_with(store, 2.0, (part,)) == []
 
 
 @pytest.mark.slurm
@@ -282,13 +277,18 @@ def test_serve_requeues_on_a_signed_agent_report(clean_queue, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = write_config(tmp_path / "service.toml", c, port=port, report_secret_file=f'"{secret}"')
     part = c.partition
+    classes = tmp_path / "classes.toml"
+    classes.write_text(f'opportunistic_qos = []\nopportunistic_partitions = ["{part}"]\n')
+    config = write_config(
+        tmp_path / "service.toml",
+        c,
+        port=port,
+        report_secret_file=f'"{secret}"',
+        classes_file=f'"{classes}"',
+    )
     with config.open("a") as fh:
-        fh.write(
-            "[opportunistic]\nmax_pause_s = 2.0\nopportunistic_qos = []\n"
-            f'opportunistic_partitions = ["{part}"]\n'
-        )
+        fh.write("[opportunistic]\nmax_pause_s = 2.0\n")
     opp = c.sbatch("-N1", "--gres=gpu:1", "--requeue", "-J", "opp")
     client = CliSlurmClient(slurm_conf=str(c.conf_path), timeout=20, bin_dir=c.bin_dir)
     job = wait_for(

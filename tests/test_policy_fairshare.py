@@ -2,7 +2,6 @@
 the keys, the simulator's accrual, the composed gittins key and the flooding user."""
 
 import math
-from dataclasses import replace
 
 import pytest
 
@@ -16,7 +15,7 @@ from slurm_ext.policy.fairshare import (
     index_site_factor,
     multifactor_priority,
 )
-from slurm_ext.policy.ranking import GUARDED, key_and_change
+from slurm_ext.policy.ranking import key_and_change
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.traces import TraceJob
 from slurm_ext.sim.users import FLOOD_USER, UserModel, synth_user_jobs, with_flooder
@@ -91,12 +90,6 @@ def test_composed_gittins_key_and_guard():
     assert key_and_change(*args, fair_share=0.5)[0][2] == -5000.0
     assert index_site_factor(1 / 60) == 1.0 and index_site_factor(1e-12) == 0.0
     assert index_site_factor(1 / 6000) == pytest.approx(1 - 2 / 6)
-    guarded = replace(cfg, wait_guard_factor=1.0, fairshare_guard="promote")
-    from slurm_ext.policy.gittins import GittinsTable
-
-    table = GittinsTable.from_samples([100.0] * 50, 60.0, 4)
-    late = (guarded, table, 1e6, 1, 1, 0.0, 0.0, 0.0, False, 0.0, None, None, None)
-    assert key_and_change(*late, fair_share=0.01)[0][2] == GUARDED
 
 
 def test_simulated_usage_is_the_gpu_time_run():
@@ -126,7 +119,7 @@ def test_fairshare_lets_a_light_user_past_a_heavy_users_backlog():
     assert wait("fifo") >= 4 * 3600
     assert wait("fairshare") <= 3600
     # the ranking composed as a site would (a bounded SiteFactor, the guard inside it)
-    composed = PolicyConfig(fairshare_site_weight=1000.0, fairshare_guard="site")
+    composed = PolicyConfig(fairshare_site_weight=1000.0)
     jobs = Simulator(trace, composed, cl).run()
     assert jobs[-1].first_start - light.submit_time <= 3600
 
@@ -152,13 +145,11 @@ def test_config_rejects_bad_fairshare_settings():
 
 
 def test_site_guard_gives_the_top_site_factor_which_fair_share_can_outweigh():
-    """fairshare_guard "site": a guarded job's SiteFactor share is 1 (not a jump over
-    every job), so a light user's fresh job still passes a heavy user's guarded one."""
+    """A guarded job's SiteFactor share is 1 (not a jump over every job), so a light
+    user's fresh job still passes a heavy user's guarded one."""
     from slurm_ext.policy.gittins import GittinsTable
 
-    cfg = PolicyConfig(
-        fairshare_site_weight=1000.0, fairshare_guard="site", min_run_s=0, wait_guard_factor=1.0
-    )
+    cfg = PolicyConfig(fairshare_site_weight=1000.0, min_run_s=0, wait_guard_factor=1.0)
     table = GittinsTable.from_samples([100.0] * 50, 60.0, 4)
     now = 1e4  # the heavy user's job waited 10^4 s >> 1 x its ~100 s predicted run
     heavy = JobView(job_id=1, gpus=1, submit_time=0.0, user="heavy")
@@ -172,11 +163,6 @@ def test_site_guard_gives_the_top_site_factor_which_fair_share_can_outweigh():
     order = rank([heavy, light], now, cfg, history=table, fair_share=fs)
     assert [d.job_id for d in order] == [2, 1]
     assert "composed with Slurm's priority" in order[0].reason
-    # the same users under guard "promote": the guarded job jumps the light user's
-    promote = replace(cfg, fairshare_guard="promote")
-    order = rank([heavy, light], now, promote, history=table, fair_share=fs)
-    assert [d.job_id for d in order] == [1, 2]
-    assert "wait guard" in order[0].reason
     # between jobs of one user the site term still orders: the guarded one first
     fresh = JobView(job_id=3, gpus=1, submit_time=now - 1, user="heavy")
     order = rank([fresh, heavy], now, cfg, history=table, fair_share=fs)

@@ -1,12 +1,11 @@
 """Gittins index against values computed by hand."""
 
 import math
-import random
 
 import pytest
 
 from slurm_ext.policy import GittinsTable, gittins_index
-from slurm_ext.policy.gittins import default_grid, kaplan_meier, weighted_index
+from slurm_ext.policy.gittins import default_grid
 
 
 def test_index_by_hand_at_zero():
@@ -90,54 +89,6 @@ def test_class_with_too_few_samples_falls_back_to_pooled():
     # samples without a GPU count only count in the pooled table
     t = GittinsTable.from_history([(None, 5.0), *CLASS_HISTORY], start=100.0, min_class_samples=2)
     assert t.samples == 5 and t.for_gpus(1).samples == 2 and t.for_gpus(2).samples == 2
-
-
-# ---- right-censored history (gittins_censored): Kaplan-Meier ---------------------------
-
-
-def test_kaplan_meier_by_hand():
-    # completed 1, 2; one active job at 1.5 (S > 1.5).
-    # t=1: 3 at risk, 1 ends -> mass 1/3, S = 2/3; the censored one leaves the risk set
-    # t=2: 1 at risk, 1 ends -> mass 2/3, S = 0
-    values, masses, tail = kaplan_meier([2.0, 1.0], [1.5])
-    assert values == [1.0, 2.0]
-    assert masses == pytest.approx([1 / 3, 2 / 3]) and tail == 0.0
-    # index at a=0: D=1: (1/3) / 1 = 1/3; D=2: 1 / (1/3 + 2/3 x 2) = 0.6
-    # (completed only, [1, 2]: D=2 gives 1 / 1.5 = 2/3: the censored job lowers it)
-    assert weighted_index(values, masses, tail, 0.0) == pytest.approx(0.6)
-    assert gittins_index([1.0, 2.0], 0.0) == pytest.approx(2 / 3)
-    # a=1: only the mass at 2 survives -> 1 / 1
-    assert weighted_index(values, masses, tail, 1.0) == pytest.approx(1.0)
-
-
-def test_kaplan_meier_mass_beyond_last_completion_never_finishes():
-    # completed 1, 2; active at 3. t=1: mass 1/3 (S 2/3); t=2: 2 at risk -> mass 1/3;
-    # 1/3 left beyond 2, which never finishes.
-    values, masses, tail = kaplan_meier([1.0, 2.0], [3.0])
-    assert masses == pytest.approx([1 / 3, 1 / 3]) and tail == pytest.approx(1 / 3)
-    # a=0: D=1: (1/3) / 1; D=2: (2/3) / (1/3 + 2/3 + 2/3) = 0.4
-    assert weighted_index(values, masses, tail, 0.0) == pytest.approx(0.4)
-    # outlived every completion: 0, as without censoring
-    assert weighted_index(values, masses, tail, 2.5) == 0.0
-    t = GittinsTable.from_censored([1.0, 2.0], [3.0], start=0.5, per_decade=1)
-    assert t.grid == (0.0, 0.5, 5.0) and t.samples == 2
-    assert t.values == pytest.approx((0.4, weighted_index(values, masses, tail, 0.5), 0.0))
-
-
-def test_kaplan_meier_censored_tie_is_at_risk_and_zero_is_ignored():
-    # completed 1, 1, 2; active at 1 (outlived 1) and at 0 (no information).
-    # t=1: 4 at risk, 2 end -> mass 1/2; t=2: 1 at risk -> mass 1/2
-    values, masses, tail = kaplan_meier([1.0, 1.0, 2.0], [1.0, 0.0])
-    assert values == [1.0, 2.0] and masses == pytest.approx([0.5, 0.5]) and tail == 0.0
-
-
-def test_censored_table_without_active_jobs_is_the_empirical_one():
-    rng = random.Random(3)
-    samples = [rng.lognormvariate(8, 2) for _ in range(300)]
-    plain = GittinsTable.from_samples(samples)
-    km = GittinsTable.from_censored(samples, [])
-    assert km.grid == plain.grid and km.samples == plain.samples
-    assert km.values == pytest.approx(plain.values, rel=1e-9)
 
 
 def test_grid_points_are_round_so_whole_gpu_seconds_do_not_spike_the_index():

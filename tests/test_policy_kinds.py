@@ -138,9 +138,9 @@ def test_auto_resolves_by_preemption():
 
 def test_bad_kind_groups_are_named():
     with pytest.raises(ConfigError, match="gittins_kinds.*user\\+project"):
-        from_dict(PolicyConfig, {"gittins_kinds": ["user+project"]}, None)
+        from_dict(PolicyConfig, {"tuning": {"gittins_kinds": ["user+project"]}}, None)
     with pytest.raises(ConfigError, match="repeats"):
-        from_dict(PolicyConfig, {"gittins_kinds": ["user+user"]}, None)
+        from_dict(PolicyConfig, {"tuning": {"gittins_kinds": ["user+user"]}}, None)
     with pytest.raises(ConfigError, match="gittins_kind_min_samples"):
         from_dict(PolicyConfig, {"gittins_kind_min_samples": 0}, None)
 

@@ -30,7 +30,7 @@ from slurm_ext.predict.table import TableRow, load_table, render_table
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import Store
 from slurm_ext.store.rows import JobRecord
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 H100 = "NVIDIA H100 80GB HBM3"
 V100 = "Tesla V100-SXM2-16GB"  # deliberately not in the test config's gpu_types

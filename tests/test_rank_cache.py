@@ -21,12 +21,11 @@ from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.store.db import Store
 from slurm_ext.store.rows import DecisionRecord
 from slurm_ext.store.schema import SCHEMA_VERSION
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 POLICIES = [
     PolicyConfig(),  # gittins, GPU classes and kinds
     PolicyConfig(starvation_factor=2.0, wait_guard_factor=3.0),  # promotions, guard
-    PolicyConfig(wait_guard_factor=2.0, wait_guard="age"),
     PolicyConfig(policy="las", starvation_factor=2.0),
     PolicyConfig(policy="fifo"),
     PolicyConfig(policy="multifactor"),

@@ -15,7 +15,7 @@ from conftest import wait_for
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.metrics import KEYS
-from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode
 from slurm_ext.sim.traces import TraceJob
 from slurm_ext.testing.cluster import LocalCluster
 
@@ -43,10 +43,8 @@ def _trace() -> list[TraceJob]:
 
 
 def test_replay_service_requeue_resumes_and_times_out(tmp_path: Path) -> None:
-    row = replay_mode(
-        _trace(), "service-requeue", tmp_path, SPEEDUP, checkpoint_interval=1200.0,
-        preemptible_fraction=0.0, seed=0, nodes=2, gpus_per_node=4, policy=POLICY,
-    )  # fmt: skip
+    options = ReplayOptions(SPEEDUP, checkpoint_interval_s=1200.0, policy=POLICY)
+    row = replay_mode(_trace(), "service-requeue", tmp_path, options, ClusterSpec(2, 4))
     assert set(KEYS) <= set(row)
     assert row["jobs"] == 24
     assert row["timeouts"] == 1

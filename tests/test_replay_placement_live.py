@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ext.core import tomlio
-from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode
 from slurm_ext.replay.placement import load_allocations
 from slurm_ext.sim.traces import TraceJob
 
@@ -23,10 +23,8 @@ def _trace() -> list[TraceJob]:
 
 
 def test_replay_with_placement_hints_records_each_runs_nodes(tmp_path: Path) -> None:
-    row = replay_mode(
-        _trace(), "service", tmp_path, 60.0, checkpoint_interval=0.0,
-        preemptible_fraction=0.0, seed=0, nodes=2, gpus_per_node=4, placement="consolidate",
-    )  # fmt: skip
+    options = ReplayOptions(60.0, placement="consolidate")
+    row = replay_mode(_trace(), "service", tmp_path, options, ClusterSpec(2, 4))
     cfg = tomlio.loads((tmp_path / "service.toml").read_text())
     assert cfg["placement"] is True and cfg["placement_mode"] == "consolidate"
     assert row["placement_hints"] == "consolidate" and row["jobs"] == 10

@@ -12,7 +12,7 @@ from slurm_ext.service.loop import Service, ServiceConfig, job_view, with_kinds
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.store.db import Store
 from slurm_ext.store.schema import MIGRATIONS, SCHEMA_VERSION
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 
 def _job(job_id: int, state: str, **kw) -> Job:

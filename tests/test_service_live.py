@@ -7,6 +7,7 @@ first on PATH.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -22,7 +23,9 @@ from pathlib import Path
 import pytest
 from conftest import cluster_options, free_port, wait_for
 
+from slurm_ext.core.fields import TUNING, place
 from slurm_ext.core.reports import SIGNATURE_HEADER, JobReport, encode_reports, sign
+from slurm_ext.policy import PolicyConfig
 from slurm_ext.testing.cluster import LocalCluster
 
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
@@ -73,7 +76,9 @@ def write_config(path: Path, cluster: LocalCluster, **extra: object) -> Path:
         f'slurm_conf = "{cluster.conf_path}"',
         "timeout_s = 10",
     ]
-    lines += ["[policy]"] + [f"{k} = {v}" for k, v in policy.items()]
+    tuned = {f.name for f in dataclasses.fields(PolicyConfig) if place(f) == TUNING}
+    lines += ["[policy]"] + [f"{k} = {v}" for k, v in policy.items() if k not in tuned]
+    lines += ["[policy.tuning]"] + [f"{k} = {v}" for k, v in policy.items() if k in tuned]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -317,7 +322,7 @@ def test_bad_config_exits_2_naming_key_and_file(tmp_path):
     bad.write_text('mode = "absolute"\n')
     res = cli("serve", "--config", str(bad), check=False)
     assert res.returncode == 2 and f"{bad}: mode: must be one of" in res.stderr
-    bad.write_text("[policy]\nstarvation_factor = -1.0\n")
+    bad.write_text("[policy.tuning]\nstarvation_factor = -1.0\n")
     res = cli("queue", "--config", str(bad), check=False)
     assert res.returncode == 2 and "policy" in res.stderr and "starvation_factor" in res.stderr
     res = cli("serve", "--config", str(tmp_path / "nope.toml"), check=False)

@@ -306,25 +306,3 @@ def test_strict_fifo_never_starts_a_later_job_before_the_head():
         key=lambda j: (j.submit, j.id),
     )
     assert any(b.first_start < a.first_start for a, b in zip(bf, bf[1:], strict=False))
-
-
-def test_censored_table_is_what_rank_builds_from_the_active_jobs():
-    """With gittins_censored the simulator's table at each refresh is build_table over its
-    history and the active jobs' views at that moment; the order still equals rank()."""
-    kw = {"gittins_censored": True}
-    assert views_match_rank("gittins", policy_kw=kw) > 100
-    trace = synth_jobs(150, 16, load=1.3, seed=11)
-    cfg = PolicyConfig(queue_thresholds_gpu_s=[1800.0, 20000.0], min_run_s=120, **kw)
-    sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=8, history_refresh=10))
-    refresh, checked = sim.keys.refresh_table, []
-
-    def wrapped(now):
-        views = sim.views(now)
-        want = build_table(list(sim.keys.history), cfg, [(v.gpus, v.attained_gpu_s) for v in views])
-        refresh(now)
-        assert sim.table == want
-        checked.append(sum(v.attained_gpu_s > 0 for v in views))
-
-    sim.keys.refresh_table = wrapped
-    sim.run()
-    assert len(checked) > 5 and max(checked) > 0

@@ -22,7 +22,7 @@ from slurm_ext.core.model import Job, JobState, Node
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import WAL_LIMIT_BYTES, Store
 from slurm_ext.store.rows import JobRecord
-from slurm_ext.testing.replay import ReplayClient
+from slurm_ext.testing.snapshot_client import ReplayClient
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_EXT = [sys.executable, "-m", "slurm_ext.cli"]
@@ -140,12 +140,14 @@ def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
     if py is None or runuser is None:
         pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
     import click
+    import tomli_w
 
     root = Path(tempfile.mkdtemp(prefix="slurm-ext-pin-"))  # pytest's tmp dirs are 0700
     try:
         code = root / "code"
-        # TOML comes from the stdlib (tomllib, Python 3.11 as /usr/bin/python3 on Debian 12)
-        for pkg in (REPO / "slurm_ext", REPO / "nodeagent", Path(click.__file__).parent):
+        # TOML is read by the stdlib (tomllib, Python 3.11 as /usr/bin/python3 on Debian 12)
+        deps = [Path(click.__file__).parent, Path(tomli_w.__file__).parent]
+        for pkg in (REPO / "slurm_ext", REPO / "nodeagent", *deps):
             dest = code / pkg.name
             if pkg.is_dir():
                 shutil.copytree(pkg, dest, ignore=shutil.ignore_patterns("__pycache__"))
@@ -184,7 +186,9 @@ def test_pin_by_the_admin_still_works(tmp_path):
     assert res.returncode == 0 and Store(tmp_path / "s.db", readonly=True).pins() == {7}
 
 
-def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
+def test_a_second_service_on_a_taken_port_says_why_and_exits_75(tmp_path):
+    """A taken port is waited for (PORT_WAIT_S, shortened here), then `serve` exits 75,
+    which the unit restarts (test_listen.py has the rest: the retries, a port freed)."""
     import socket
 
     with socket.socket() as s:
@@ -194,10 +198,14 @@ def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
         (tmp_path / "b").mkdir()
         config = service_toml(tmp_path / "b")
         config.write_text(config.read_text().replace("port = 0", f"port = {port}"))
-        res = subprocess.run([*SLURM_EXT, "serve", "--config", str(config)],
+        code = (
+            "import slurm_ext.cli.service as s; s.PORT_WAIT_S = 1.0; from slurm_ext.cli import main; "
+            f"main(['serve', '--config', {str(config)!r}], prog_name='slurm-ext')"
+        )
+        res = subprocess.run([sys.executable, "-c", code],
                              capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
-    assert f"127.0.0.1:{port}" in res.stderr and "holds the port" in res.stderr
+    assert res.returncode == 75 and "Traceback" not in res.stderr, res.stderr
+    assert f"127.0.0.1:{port}" in res.stderr and "held the port" in res.stderr
 
 
 def test_a_new_store_is_unreadable_to_other_users():

@@ -2,8 +2,9 @@
 (single process, 2-node DDP over gloo, an elastic job resized by the submit hook), and
 checkpoint-and-requeue surviving a requeue.
 
-Uses its own 2-node cluster configured with etc/slurm.conf.snippet (gres/shard for the
-opportunistic template, the lua submit hook), so the session cluster stays as it is.
+Uses its own 2-node cluster configured with etc/slurm.conf.snippet, its required and
+recommended lines (gres/shard for the opportunistic template, the lua submit hook), so
+the session cluster stays as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import snippet_lines, wait_for
 
 from nodeagent.progress import parse_tail
 from slurm_ext.predict.hook import render_hook
@@ -43,19 +44,17 @@ needs_torch = pytest.mark.skipif(
 )
 
 
-SNIPPET = Path(__file__).resolve().parents[1] / "etc" / "slurm.conf.snippet"
 # the hook's table: elastic jobs of model mlp-elastic get 2 GPUs and 3 cores per GPU
 TABLE = "# slurm-ext predictor table v1\nmlp-elastic\t*\t3\t2\n# end 1\n"
 
 
 def snippet_settings() -> dict[str, str]:
-    """The active `Key=Value` lines of etc/slurm.conf.snippet."""
+    """etc/slurm.conf.snippet's `Key=Value` settings, required and recommended."""
     settings = {}
-    for line in SNIPPET.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, sep, value = line.strip().partition("=")
-            assert sep, f"{SNIPPET}: not Key=Value: {line!r}"
-            settings[key] = value
+    for line in snippet_lines():
+        key, sep, value = line.partition("=")
+        assert sep, f"etc/slurm.conf.snippet: not Key=Value: {line!r}"
+        settings[key] = value
     return settings
 
 

@@ -1,4 +1,4 @@
-"""Hostile `template render --set` values (issue 15, item 18): every shipped template,
+"""Hostile `template render --set` values: every shipped template,
 every variable, a grid of injection attempts. Each render is refused with the variable
 named, or gives a script that bash parses and that, run with Slurm's commands stubbed,
 runs no injected command (the values arrive as plain arguments)."""
@@ -147,3 +147,47 @@ def test_the_stub_sandbox_would_see_an_injection(sandbox: Path) -> None:
     run_script(sandbox, f"#!/bin/bash\necho $(touch {shlex.quote(str(marker))})\n")
     assert marker.exists()
     assert os.access(sandbox / "stubs" / "python3", os.X_OK)
+
+
+# The pattern `path` values were checked with before: the same language, read with
+# backtracking that is exponential on values like `$aa$aa...{`.
+OLD_PATH = (
+    r"(?:[A-Za-z0-9._/%+,:@=~-]|\$[A-Za-z_][A-Za-z0-9_]*|"
+    r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-(?:[A-Za-z0-9._/%+,:@=~-]|\$[A-Za-z_][A-Za-z0-9_]*)*)?\})"
+    r"{1,4096}"
+)
+
+
+def test_path_values_are_checked_as_before() -> None:
+    """The linear check admits exactly what the old pattern admitted (short values, where
+    the old one is still fast)."""
+    import random
+    import re
+
+    from slurm_ext.templates.types import TYPES
+
+    rng = random.Random(7)
+    pieces = ["$", "{", "}", "a", "_", ":", "-", "!", " ", "${a:-", "$a", "a_", "/", ".", "9"]
+    for _ in range(20000):
+        v = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 9)))
+        old = re.fullmatch(OLD_PATH, v) is not None
+        assert TYPES["path"].check(v) == old, v
+    assert TYPES["path"].check("x" * 4096) and not TYPES["path"].check("x" * 4097)
+
+
+@pytest.mark.parametrize(
+    "value", ["$aa" * 1300 + "{", "${A:-" + "$aa" * 1300 + "{", "$a_" * 1300 + "!"]
+)
+def test_a_hostile_path_is_refused_at_once(value: str) -> None:
+    """Values that took the old pattern minutes (89 characters: 24 s) are refused; run in
+    a child bounded at 60 s so that a regression fails instead of hanging the suite."""
+    import sys
+
+    code = (
+        "import sys; from slurm_ext.templates.types import write_value\n"
+        "try:\n    write_value('path', sys.stdin.read())\nexcept ValueError:\n    print('refused')"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], input=value, capture_output=True, text=True, timeout=60
+    )
+    assert res.stdout.strip() == "refused", res.stderr

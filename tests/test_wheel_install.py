@@ -116,7 +116,13 @@ def test_the_admin_guide_commands_run_from_the_wheel(wheel_venv: WheelVenv) -> N
     assert v.run("slurm-ext", "--version").stdout.split()[-1]
     # Example files, as the guide copies them into /etc/slurm-ext and /etc/systemd/system.
     listed = v.run("slurm-ext", "example").stdout.split()
-    assert {"service.toml", "agent.toml", "job_submit.lua", "slurm-ext.service"} <= set(listed)
+    assert {
+        "service.toml",
+        "agent.toml",
+        "classes.toml",
+        "job_submit.lua",
+        "slurm-ext.service",
+    } <= set(listed)
     assert json.loads(v.run("slurm-ext", "example", "--json").stdout) == listed
     for name in ("service.toml", "agent.toml", "slurm.conf.snippet", "slurm-ext-agent.service"):
         v.run("slurm-ext", "example", name, "-o", name)

@@ -25,7 +25,7 @@ from slurm_ext.cli.output import echo_fields, echo_json
 from slurm_ext.policy.placement import MODES as PLACEMENT_MODES
 from slurm_ext.replay import target
 from slurm_ext.replay.metrics import KEYS, add_ratios
-from slurm_ext.replay.modes import replay_mode
+from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode
 from slurm_ext.replay.placement import PLACEMENT_KEYS
 from slurm_ext.replay.plan import MODES, PlanError, auto_speedup, plan
 from slurm_ext.replay.run import Interrupted, ReplayError
@@ -123,16 +123,16 @@ def replay(
     _say(f"replaying {len(trace.jobs)} jobs at speedup {speedup:.1f} in modes {', '.join(names)}")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="slurm-ext-replay-"))
     rows: dict[str, dict] = {}
+    options = ReplayOptions(
+        speedup, checkpoint_interval, preemptible_fraction, seed, policy, placement_hints
+    )
+    cluster = ClusterSpec(nodes, gpus_per_node, slurm_conf, partition)
     # SIGTERM outside the submit loop (cluster start-up, service start) unwinds like
     # Ctrl-C, through every `finally` that stops what was started
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         for mode in names:
-            rows[mode] = replay_mode(
-                trace.jobs, mode, root / mode, speedup, checkpoint_interval,
-                preemptible_fraction, seed, nodes, gpus_per_node, slurm_conf, partition,
-                policy=policy, placement=placement_hints,
-            )  # fmt: skip
+            rows[mode] = replay_mode(trace.jobs, mode, root / mode, options, cluster)
     except (Interrupted, KeyboardInterrupt):
         _say("replay: interrupted; cancelled the jobs it submitted and stopped what it started")
         sys.exit(130)

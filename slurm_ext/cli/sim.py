@@ -89,7 +89,10 @@ def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: str | N
     default=None,
     help="Overrides the config file.  [default: gittins]",
 )
-@policy_config_option("TOML with PolicyConfig keys.")
+@policy_config_option(
+    "The policy file: [policy]'s keys, a [tuning] table, Slurm's priority model "
+    "(docs/simulator.md, 'Policy file')."
+)
 @click.option("--preemptive/--no-preemptive", default=True, show_default=True)
 @click.option(
     "--scheduler",

@@ -6,9 +6,17 @@ layer consumes them; shells (service, simulator, CLI) move them around.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import NamedTuple
+
+from slurm_ext.core.fields import choices
+
+# a job's co-location class (`JobClasses`; policy/colocation.py decides by it)
+GUARANTEED = "guaranteed"
+OPPORTUNISTIC = "opportunistic"
 
 
 class JobState(str, Enum):
@@ -112,16 +120,21 @@ class Job:
 
 @dataclass(frozen=True)
 class Node:
+    """One Slurm node: what it has (GPUs of one type, cores, memory, features), where it
+    belongs (partitions) and how it stands (state, what is allocated)."""
+
     name: str
     state: str = "IDLE"
     cpus: int = 0
     cpus_alloc: int = 0
     gpus: int = 0
     gpus_alloc: int = 0
-    gpu_type: str | None = None
+    gpu_type: str | None = None  # the first type its Gres names (`gpu:a100:4`); None: untyped
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
     switch: str | None = None
+    memory_mb: int = 0  # RealMemory (0: not known)
+    weight: int = 1  # Slurm's Weight: the lowest-weighted nodes are allocated first
 
     @property
     def gpus_free(self) -> int:
@@ -131,6 +144,87 @@ class Node:
     def schedulable(self) -> bool:
         bad = ("DOWN", "DRAIN", "FAIL", "MAINT", "NOT_RESPONDING", "POWERED_DOWN", "FUTURE")
         return not any(b in self.state.upper() for b in bad)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One Slurm partition: which nodes it holds and the longest a job may run in it."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    max_time_s: float | None = None  # MaxTime in seconds; None: INFINITE / UNLIMITED
+    default: bool = False  # Default=YES: where a job that names no partition goes
+    state: str = "UP"  # UP, DOWN, DRAIN or INACTIVE
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster as Slurm describes it: its nodes and its partitions, read from the live
+    Slurm (`SlurmClient.cluster()`) or from a site's slurm.conf (`slurm.site_conf`).
+
+    A partition's nodes are its `Partition.nodes` (names a node list does not hold are
+    left out); the helpers ignore node and partition state, which changes from one pass
+    to the next: `Node.schedulable` says which nodes take work now."""
+
+    nodes: tuple[Node, ...] = ()
+    partitions: tuple[Partition, ...] = ()
+
+    @cached_property
+    def _by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    def node(self, name: str) -> Node | None:
+        return self._by_name.get(name)
+
+    def partition(self, name: str) -> Partition | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+    @property
+    def default_partition(self) -> Partition | None:
+        """The partition a job that names none goes to (Slurm: the last Default=YES)."""
+        defaults = [p for p in self.partitions if p.default]
+        return defaults[-1] if defaults else None
+
+    def partition_nodes(self, name: str) -> tuple[Node, ...]:
+        """The nodes of partition `name`, in its order; () for an unknown partition."""
+        part = self.partition(name)
+        if part is None:
+            return ()
+        return tuple(self._by_name[n] for n in part.nodes if n in self._by_name)
+
+    def gpu_types(self, partition: str) -> tuple[str, ...]:
+        """The GPU types the nodes of `partition` have, sorted (untyped GPUs: none)."""
+        return tuple(
+            sorted({n.gpu_type for n in self.partition_nodes(partition) if n.gpus and n.gpu_type})
+        )
+
+    def eligible_nodes(
+        self,
+        partitions: Sequence[str] = (),
+        gpu_type: str | None = None,
+        features: Sequence[str] = (),
+        excluded: Sequence[str] = (),
+        gpus_per_node: int = 0,
+    ) -> tuple[Node, ...]:
+        """The nodes a job may run on: in one of `partitions` (none named: the default
+        partition), with GPUs of `gpu_type` (None: any type), at least `gpus_per_node` of
+        them, every one of `features`, and not in `excluded`. Each node once, in partition
+        then node order."""
+        if not partitions:
+            default = self.default_partition
+            partitions = (default.name,) if default is not None else ()
+        out: dict[str, Node] = {}
+        skip, needed = set(excluded), set(features)
+        for part in partitions:
+            for node in self.partition_nodes(part):
+                if (
+                    node.name not in skip
+                    and (gpu_type is None or (node.gpu_type == gpu_type and node.gpus > 0))
+                    and node.gpus >= gpus_per_node
+                    and needed.issubset(node.features)
+                ):
+                    out.setdefault(node.name, node)
+        return tuple(out.values())
 
 
 @dataclass(frozen=True)
@@ -229,3 +323,30 @@ class Completed(NamedTuple):
     name: str = ""
     account: str = ""
     time_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class JobClasses:
+    """Which jobs are opportunistic (may share a GPU, paused when they slow a guaranteed
+    job) and which guaranteed, from Slurm's QOS and partition, never from the job's own
+    word: the classes file both the node agents and the service read
+    (`slurm_ext.core.classes`; `policy.colocation.classify` applies it). QOS decides
+    first, then partition (a job in several: opportunistic if one is listed so), then
+    `default_class`."""
+
+    opportunistic_qos: tuple[str, ...] = ("opportunistic", "scavenger")
+    guaranteed_qos: tuple[str, ...] = ()
+    opportunistic_partitions: tuple[str, ...] = ()
+    guaranteed_partitions: tuple[str, ...] = ()
+    default_class: str = choices(GUARANTEED, OPPORTUNISTIC, default=GUARANTEED)
+
+    def __post_init__(self) -> None:
+        for kind in ("qos", "partitions"):
+            both = set(getattr(self, f"opportunistic_{kind}")) & set(
+                getattr(self, f"guaranteed_{kind}")
+            )
+            if both:
+                raise ValueError(
+                    f"opportunistic_{kind} and guaranteed_{kind} both list "
+                    f"{', '.join(sorted(both))}: a {kind.rstrip('s')} has one class"
+                )

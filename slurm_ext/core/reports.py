@@ -38,6 +38,16 @@ REPORTS_PATH = "/v1/reports"
 FORMAT_VERSION = 1
 MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
 MAX_COUNT = 2**62  # bytes, samples, cores: far above anything real, far below int64
+# What one job can physically reach on one node, with room to spare: a report past these
+# is refused, so a holder of the secret cannot push totals to inf ("infh GPU-time").
+MAX_GPUS_PER_NODE = 64
+MAX_GPU_W = 2_000.0  # watts one GPU draws, at most
+MAX_HOST_W = 20_000.0  # watts one node's CPUs draw, at most
+MAX_CORES = 4_096
+MAX_GPU_MEM_BYTES = MAX_GPUS_PER_NODE * 2**40  # 1 TiB a GPU
+MAX_PERIOD_S = 400 * 86_400.0  # a report period: longer than any job's time limit
+MAX_UNIX_S = 2.0**33  # timestamps before the year 2242
+SLACK_S = 3_600.0  # sampling and clock slack added to a period's length
 _SIGNATURE_RE = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -186,6 +196,7 @@ def decode_batch(body: bytes) -> ReportBatch:
         paused = item.get("paused_since")
         if paused is not None and not item["period_start"] <= paused <= item["period_end"]:
             raise ValueError(f"reports[{i}].paused_since: outside period_start..period_end")
+        _check_physical(i, item)
         item = dict(item)
         item["gpu_uuids"] = tuple(item["gpu_uuids"])
         for key in ("gpu_seconds", "gpu_util_mean", "gpu_util_peak", "cpu_cores_used"):
@@ -196,6 +207,36 @@ def decode_batch(body: bytes) -> ReportBatch:
             item["paused_since"] = float(paused)
         out.append(JobReport(**item))
     return ReportBatch(node, float(sent_at), out)
+
+
+def _check_physical(i: int, item: dict) -> None:
+    """ValueError when a report claims more than one job on one node can reach in its
+    period (GPUs x time, power x time, cores, memory) or a time outside any plausible
+    clock."""
+    if not 0 <= item["period_start"] <= MAX_UNIX_S or not 0 <= item["period_end"] <= MAX_UNIX_S:
+        raise ValueError(f"reports[{i}]: period outside 1970..2242")
+    span = item["period_end"] - item["period_start"]
+    if span > MAX_PERIOD_S:
+        raise ValueError(f"reports[{i}]: period of {span:.0f} s is longer than {MAX_PERIOD_S:.0f}")
+    reach = span + SLACK_S
+    limits = {
+        "gpu_seconds": MAX_GPUS_PER_NODE * reach,
+        "gpu_energy_j": MAX_GPUS_PER_NODE * MAX_GPU_W * reach,
+        "cpu_energy_j": MAX_HOST_W * reach,
+        "cpu_cores_used": MAX_CORES,
+        "gpu_mem_peak_bytes": MAX_GPU_MEM_BYTES,
+        "samples": reach * 10,  # ten samples a second, at most
+    }
+    for key, limit in limits.items():
+        if item[key] > limit:
+            raise ValueError(
+                f"reports[{i}].{key}: {item[key]:.6g} is more than one job on one "
+                f"node can reach in its period ({limit:.6g})"
+            )
+    if item["cpu_cores_alloc"] is not None and not 0 <= item["cpu_cores_alloc"] <= MAX_CORES:
+        raise ValueError(f"reports[{i}].cpu_cores_alloc: outside 0..{MAX_CORES}")
+    if len(item["gpu_uuids"]) > MAX_GPUS_PER_NODE:
+        raise ValueError(f"reports[{i}].gpu_uuids: more than {MAX_GPUS_PER_NODE}")
 
 
 def per_job(reports: Iterable[JobReport], periods: bool = True) -> dict[int, list[JobReport]]:

@@ -16,34 +16,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-GUARANTEED = "guaranteed"
-OPPORTUNISTIC = "opportunistic"
+from slurm_ext.core.model import GUARANTEED, OPPORTUNISTIC, JobClasses
 
 
-@dataclass(frozen=True)
-class ClassRules:
-    """How a job's class follows from Slurm's QOS and partition (never the comment)."""
-
-    guaranteed_qos: tuple[str, ...] = ()
-    opportunistic_qos: tuple[str, ...] = ()
-    guaranteed_partitions: tuple[str, ...] = ()
-    opportunistic_partitions: tuple[str, ...] = ()
-    default: str = GUARANTEED
-
-
-def classify(qos: str | None, partition: str | None, rules: ClassRules) -> str:
+def classify(qos: str | None, partition: str | None, classes: JobClasses) -> str:
     """QOS decides first, then partition, then the default. A job in several partitions
     (comma list) is opportunistic only if one of them is listed opportunistic."""
-    if qos and qos in rules.opportunistic_qos:
+    if qos and qos in classes.opportunistic_qos:
         return OPPORTUNISTIC
-    if qos and qos in rules.guaranteed_qos:
+    if qos and qos in classes.guaranteed_qos:
         return GUARANTEED
     parts = [p for p in (partition or "").split(",") if p]
-    if any(p in rules.opportunistic_partitions for p in parts):
+    if any(p in classes.opportunistic_partitions for p in parts):
         return OPPORTUNISTIC
-    if any(p in rules.guaranteed_partitions for p in parts):
+    if any(p in classes.guaranteed_partitions for p in parts):
         return GUARANTEED
-    return rules.default
+    return classes.default_class
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,8 @@ key: Slurm's priority (policy/fairshare.py) + W x the job's index as a share in
 [0, 1] (`fairshare.index_site_factor`). W bounds how many priority points the
 ranking can move a job: against PriorityWeightFairshare it decides whether fair-share
 keeps the order between users (W well below it) or only breaks near-ties (W far
-above it). The wait guard then either lifts a guarded job above every other job
-("promote", fair-share bypassed) or gives it the top SiteFactor, W x 1, which
-fair-share can still outweigh ("site"; what a site-factor-only service can do).
+above it). The wait guard gives a guarded job the top SiteFactor, W x 1, which
+fair-share can still outweigh (what a site-factor-only service can do).
 
 `site_factor` is what the service writes as each pending job's SiteFactor, so a live
 Slurm sums what the simulator modelled; the service's own order (`live_key`) then reads
@@ -32,15 +31,9 @@ def site_factor(score: float, config: PolicyConfig) -> int:
     return round(config.fairshare_site_weight * share)
 
 
-def composed_score(
-    score: float, age_s: float, fair_share: float, config: PolicyConfig
-) -> float | None:
+def composed_score(score: float, age_s: float, fair_share: float, config: PolicyConfig) -> float:
     """The sort score (lower first) of a job whose uncomposed gittins score is `score`,
-    under the composition: minus Slurm's priority with `site_factor` as its SiteFactor;
-    None where the composition leaves the job's own score (a guarded job under guard
-    "promote")."""
-    if score == GUARDED and config.fairshare_guard == "promote":
-        return None
+    under the composition: minus Slurm's priority with `site_factor` as its SiteFactor."""
     prio = multifactor_priority(
         age_s,
         fair_share,
@@ -65,5 +58,5 @@ def describe(score: float, config: PolicyConfig) -> str:
     return (
         f"composed with Slurm's priority: {-score:.0f} (age + fair-share"
         f" + {config.fairshare_site_weight:g} x the index as a SiteFactor share"
-        + (", 1 once wait-guarded)" if config.fairshare_guard == "site" else ")")
+        ", 1 once wait-guarded)"
     )

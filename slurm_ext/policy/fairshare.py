@@ -1,6 +1,7 @@
 """Slurm alone as sites run it: priority/multifactor with age and classic fair-share.
 
-The baseline issue 16 measures against is Slurm "with its fair-share factor on". This
+The baseline the fairness benchmarks measure against is Slurm "with its fair-share
+factor on" (benchmarks.studies.targets, `user_*` columns). This
 module is Slurm 25.11's arithmetic (src/plugins/priority/multifactor/
 priority_multifactor.c), restricted to the two factors that move here:
 

@@ -7,14 +7,6 @@ service. For an empirical distribution the maximum is reached at a quantum D end
 sample, so the exact index is a scan over the survivors. A job that has outlived every
 sample gets index 0 (nothing suggests it will finish soon).
 
-Optionally (`censored`) the distribution is a Kaplan-Meier (product-limit) estimate that
-also reads the active jobs: a job with attained service c still running or waiting is a
-right-censored observation S > c. Completed jobs alone under-represent long jobs while
-these are still queued; the estimate puts their mass where it belongs. Mass the estimate
-leaves beyond the last completion (active jobs that outlived every completed one) never
-finishes: it weighs on E[min(S - a, D)] and not on P(S - a <= D), and past the last
-completion the index is 0, as without censoring.
-
 Optionally the distribution is conditioned on the job's GPU count (`gpu_class`: 1, 2,
 3-4, 5-8, 9-16, ...): each class with enough completed jobs gets its own table, the
 others read the pooled one.
@@ -86,65 +78,6 @@ def whole_job_indices(sorted_samples: Sequence[float], points: Sequence[float]) 
         left = suffix[k] - (n - k) * a
         out.append((n - k) / left if k < n and left > 0 else 0.0)
     return out
-
-
-def kaplan_meier(
-    events: Sequence[float], censored: Sequence[float]
-) -> tuple[list[float], list[float], float]:
-    """Product-limit estimate from completed values (`events`) and right-censored ones
-    (S > c): the distinct event values ascending, the probability mass at each, and the
-    mass left beyond the last event. A censored value equal to an event value is at risk
-    there (it outlived it). Non-positive censored values carry no information."""
-    ev = sorted(events)
-    ce = sorted(c for c in censored if c > 0)
-    at_risk = len(ev) + len(ce)
-    values: list[float] = []
-    masses: list[float] = []
-    surv = 1.0
-    i = j = 0
-    n_ev, n_ce = len(ev), len(ce)
-    while i < n_ev:
-        t = ev[i]
-        while j < n_ce and ce[j] < t:  # censored before t: out of the risk set
-            j += 1
-            at_risk -= 1
-        d = 0
-        while i < n_ev and ev[i] == t:
-            d += 1
-            i += 1
-        m = surv * d / at_risk
-        values.append(t)
-        masses.append(m)
-        surv -= m
-        at_risk -= d
-    if j == n_ce or surv < 1e-12:  # no censored value past the last event: nothing left
-        surv = 0.0
-    return values, masses, surv
-
-
-def weighted_index(
-    values: Sequence[float], masses: Sequence[float], tail: float, attained: float
-) -> float:
-    """Exact Gittins index over point masses at `values` (ascending) plus `tail` mass
-    that never finishes; with unit masses and no tail it is `gittins_index`."""
-    g = bisect.bisect_right(values, attained)
-    left = tail
-    for m in masses[g:]:
-        left += m  # survivors' mass
-    best = 0.0
-    done_m = 0.0  # mass finishing within D
-    done_sum = 0.0  # its sum of m x (s - a)
-    for v, m in zip(values[g:], masses[g:]):
-        d = v - attained
-        done_m += m
-        done_sum += m * d
-        left -= m
-        expected = done_sum + (left if left > 0.0 else 0.0) * d
-        if expected > 0:
-            r = done_m / expected
-            if r > best:
-                best = r
-    return best
 
 
 def gpu_class(gpus: int) -> int:
@@ -234,62 +167,24 @@ class GittinsTable:
         return cls(grid=tuple(grid), values=tuple(values), samples=len(ordered))
 
     @classmethod
-    def from_censored(
-        cls,
-        samples: Sequence[float],
-        censored: Sequence[float],
-        start: float = 60.0,
-        per_decade: int = 4,
-    ) -> GittinsTable:
-        """The index over the Kaplan-Meier estimate from completed `samples` and the
-        right-censored attained service of active jobs (`censored`); `samples` counts
-        the completed ones."""
-        events = [float(s) for s in samples if s > 0 and math.isfinite(s)]
-        if not events:
-            return cls(grid=(0.0,), values=(0.0,), samples=0)
-        values, masses, tail = kaplan_meier(
-            events, [float(c) for c in censored if math.isfinite(c)]
-        )
-        grid = default_grid(start, per_decade, values[-1])
-        return cls(
-            grid=tuple(grid),
-            values=tuple(weighted_index(values, masses, tail, a) for a in grid),
-            samples=len(events),
-        )
-
-    @classmethod
     def from_history(
         cls,
         history: Sequence[tuple[int | None, float]],
         start: float = 60.0,
         per_decade: int = 4,
         min_class_samples: int = 200,
-        censored: Sequence[tuple[int | None, float]] | None = None,
     ) -> GittinsTable:
         """Pooled table over (gpus, gpu_s) samples plus one per GPU class with at least
-        `min_class_samples` samples (gpus None: the sample counts in the pooled one only).
-        With `censored` ((gpus, attained) of active jobs) each is a Kaplan-Meier table."""
-
-        def build(samples: list[float], cens: list[float] | None) -> GittinsTable:
-            if cens is None:
-                return cls.from_samples(samples, start, per_decade)
-            return cls.from_censored(samples, cens, start, per_decade)
-
-        pooled = build(
-            [s for _, s in history], None if censored is None else [c for _, c in censored]
-        )
+        `min_class_samples` samples (gpus None: the sample counts in the pooled one only)."""
+        pooled = cls.from_samples([s for _, s in history], start, per_decade)
         by: dict[int, list[float]] = {}
         for g, s in history:
             if g is not None and g > 0:
                 by.setdefault(gpu_class(g), []).append(s)
-        cens_by: dict[int, list[float]] = {}
-        for g, c in censored or ():
-            if g is not None and g > 0:
-                cens_by.setdefault(gpu_class(g), []).append(c)
         classes: dict[int, GittinsTable] = {}
         for c, samples in by.items():
             if len(samples) >= min_class_samples:
-                table = build(samples, None if censored is None else cens_by.get(c, []))
+                table = cls.from_samples(samples, start, per_decade)
                 if table.samples >= min_class_samples:
                     classes[c] = table
         return cls(pooled.grid, pooled.values, pooled.samples, classes)

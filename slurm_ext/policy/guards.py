@@ -55,9 +55,8 @@ def _own_index(
 
 
 def guard_promotes(config: PolicyConfig) -> bool:
-    """Whether the wait guard lifts jobs ahead of everyone (gittins, guard "promote")."""
-    promote = config.wait_guard == "promote" and config.wait_guard_factor > 0
-    return config.policy == "gittins" and promote
+    """Whether the wait guard lifts jobs ahead of everyone (gittins, the guard on)."""
+    return config.policy == "gittins" and config.wait_guard_factor > 0
 
 
 def kept_guard_s(
@@ -71,8 +70,8 @@ def kept_guard_s(
     no longer): `wait_guard_keep` x its predicted run at the stint's start (1 / index,
     GPU-seconds over its GPUs, the wait guard's own unit) less what the stint has run.
     Without it the job is judged by its index alone the moment it starts and the next
-    guarded job requeues it after `min_run_s` (issue 13's requeue thrash); Tiresias'
-    promotion likewise holds for the stint it starts. `own`: the job's `own_table`."""
+    guarded job requeues it after `min_run_s` (the requeue thrash); Tiresias' promotion
+    likewise holds for the stint it starts. `own`: the job's `own_table`."""
     if not guard_promotes(config) or gpus <= 0:
         return 0.0
     index = own.step(promoted_at_gpu_s)[0]
@@ -93,14 +92,12 @@ def wait_judged(
     time_limit_s: float | None = None,
 ) -> bool:
     """Whether the wait guard bounds this job's wait, so that the starvation guard leaves
-    it alone (`starvation_scope = "backstop"`): gittins with the wait guard on and a
-    positive index for the job (`own_table`). A job that outlived every completion its
-    table holds reads index 0, which the wait guard cannot scale: the starvation guard
-    stays its backstop. Two guards on one requeued job lifted long jobs twice under a
-    sustained backlog (docs/benchmarks.md, session 6)."""
-    if config.starvation_scope != "backstop" or config.policy != "gittins":
-        return False
-    if config.wait_guard_factor <= 0:
+    it alone: gittins with the wait guard on and a positive index for the job
+    (`own_table`). A job that outlived every completion its table holds reads index 0,
+    which the wait guard cannot scale: the starvation guard stays its backstop. Two
+    guards on one requeued job lifted long jobs twice under a sustained backlog and the
+    order turned first come, first served (long runs of 10,000-30,000 jobs)."""
+    if not guard_promotes(config):
         return False
     return _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s) > 0
 
@@ -117,7 +114,7 @@ def wait_guarded(
     account: str = "",
     time_limit_s: float | None = None,
 ) -> bool:
-    """Whether the wait guard ("promote") lifts a waiting job now: it has waited since
+    """Whether the wait guard lifts a waiting job now: it has waited since
     `since` >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
     if not guard_promotes(config):
         return False

@@ -17,24 +17,14 @@ bound; a requeued job that has passed it (Slurm's limit counts per run) reads th
 untruncated table. Attained service still conditions the index as before, so it stays
 a Gittins index.
 
-Which group: by default (`gittins_kind_choice = "finest"`) the finest one with enough
-samples, whatever its spread. "tightest" (opt-in, session 9) reads, among the groups the
-job belongs to with enough samples, its GPU class and the pooled history, the one whose
-GPU-times are least spread (the smallest variance of log GPU-time): a group that
-narrows the prediction no more than the pooled history (a user's mix of unrelated kinds,
-a kind whose run times vary as much as everyone's) carries no information, and the job
-reads the pooled table like an average job, in submit order among such jobs, as Slurm
-alone would order it. No threshold: the pooled spread is the no-information baseline.
+A job reads the finest group with enough samples, whatever its spread.
 
 Group tables are built lazily on first use and cached per (group, bound) until the next
-history refresh, their cells computed as they are read (policy/lazy_gittins.py);
-uncensored samples only (`gittins_censored` keeps its Kaplan-Meier
-estimate for the class and pooled tables without a bound).
+history refresh, their cells computed as they are read (policy/lazy_gittins.py).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from slurm_ext.core.model import Completed
@@ -98,14 +88,10 @@ class Choice:
     capped: GittinsTable | None  # truncated at `cap` GPU-seconds (None: no bound applies)
     cap: float | None
     group: tuple[str, tuple]  # (level, key): see `label`
-    passed_over: tuple[str, tuple] | None = None  # the finest group, when "tightest" did
 
     @property
     def label(self) -> str:
         """How explain names the group (made when read: the simulator never does)."""
-        if self.passed_over is not None:
-            finer = group_label(*self.passed_over)
-            return f"{group_label(*self.group)}, its GPU-times tighter than {finer}'s"
         return group_label(*self.group)
 
     def pick(self, attained: float) -> GittinsTable:
@@ -126,9 +112,7 @@ class KindTables:
     whole: bool  # whole-job index (gittins.whole_job_indices): no preemption
     start: float
     per_decade: int
-    choice: str = "finest"  # which group a job reads: "finest" | "tightest" (module doc)
     max_cached: int = 50_000
-    _spread: dict[tuple, float] = field(default_factory=dict, repr=False)
     _tables: dict[tuple, GittinsTable] = field(default_factory=dict, repr=False)
     _chosen: dict[tuple, Choice] = field(default_factory=dict, repr=False)
     _sorted: dict[tuple, SortedSamples] = field(default_factory=dict, repr=False)
@@ -144,7 +128,6 @@ class KindTables:
         whole: bool,
         start: float,
         per_decade: int,
-        choice: str = "finest",
     ) -> KindTables:
         levels = tuple((spec, parse_level(spec)) for spec in kinds)
         by: dict[tuple[str, tuple], list[float]] = {}
@@ -156,15 +139,14 @@ class KindTables:
                 if k is not None:
                     by.setdefault((spec, k), []).append(c.gpu_s)
         groups = {g: s for g, s in by.items() if len(s) >= min_samples}
-        # the class and pooled levels: samples kept only for truncated or whole-job tables,
-        # or to weigh their spread ("tightest")
-        if time_limit or whole or choice == "tightest":
+        # the class and pooled levels: samples kept only for truncated or whole-job tables
+        if time_limit or whole:
             for c in history:
                 if c.gpu_s > 0:
                     if c.gpus and base.classes and gpu_class(c.gpus) in base.classes:
                         groups.setdefault((CLASS_LEVEL, (gpu_class(c.gpus),)), []).append(c.gpu_s)
                     groups.setdefault((POOLED, ()), []).append(c.gpu_s)
-        return cls(levels, base, groups, time_limit, whole, start, per_decade, choice)
+        return cls(levels, base, groups, time_limit, whole, start, per_decade)
 
     def choose(
         self, gpus: int, user: str, name: str, account: str, time_limit_s: float | None
@@ -183,12 +165,6 @@ class KindTables:
                 break
         own = self.base.for_gpus(gpus) if gpus > 0 else self.base
         fallback = (CLASS_LEVEL, (gpu_class(gpus),)) if own is not self.base else (POOLED, ())
-        passed_over = None
-        if self.choice == "tightest":
-            finest = group or fallback
-            group = self._tightest(group, fallback, gpus, user, name, account)
-            if group is not None and group != finest:
-                passed_over = finest
         if group is None or group[0] in (CLASS_LEVEL, POOLED):
             group = group or fallback
             if group[0] == POOLED:
@@ -204,46 +180,10 @@ class KindTables:
             cap = None
         if len(self._chosen) >= self.max_cached:  # bounded: kinds come from users
             self._chosen.clear()
-            self._spread.clear()
             self._tables.clear()
             self._sorted.clear()
-        got = self._chosen[ck] = Choice(table, capped, cap, group, passed_over)
+        got = self._chosen[ck] = Choice(table, capped, cap, group)
         return got
-
-    def _tightest(
-        self,
-        finest: tuple[str, tuple] | None,
-        fallback: tuple[str, tuple],
-        gpus: int,
-        user: str,
-        name: str,
-        account: str,
-    ) -> tuple[str, tuple] | None:
-        """Among the job's groups with enough samples, its GPU class and the pooled
-        history, the one with the smallest spread; ties go to the finer (`finest`, the
-        default's choice, when nothing is known of the class and pooled spreads)."""
-        cands = [
-            (spec, k)
-            for spec, fields in self.levels
-            if (k := group_key(fields, gpus, user, name, account)) is not None
-            and (spec, k) in self.groups
-        ]
-        cands += [g for g in (fallback, (POOLED, ())) if g in self.groups and g not in cands]
-        if not cands:
-            return finest
-        return min(cands, key=self._log_spread)  # min keeps the first (finest) of ties
-
-    def _log_spread(self, group: tuple[str, tuple]) -> float:
-        """Sample variance of the group's log GPU-times (cached with the tables)."""
-        v = self._spread.get(group)
-        if v is None:
-            logs = [math.log(x) for x in self.groups[group]]
-            n = len(logs)
-            mean = sum(logs) / n
-            v = self._spread[group] = (
-                sum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else math.inf
-            )
-        return v
 
     def _table(self, group: tuple[str, tuple], cap: float | None) -> GittinsTable:
         key = (group, cap)

@@ -2,8 +2,7 @@
 
 A job's queue is its attained GPU service against `queue_thresholds_gpu_s` (stretched
 for wide jobs by `queue_gpu_exponent`); STARVELIMIT lifts a job that waited a multiple of
-its last stint back to queue 0 (with `starvation_scope` "backstop" only where the wait
-guard cannot judge it, policy/guards.py).
+its last stint back to queue 0, where the wait guard cannot judge it (policy/guards.py).
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ def starvation_lifts(
     account: str = "",
     time_limit_s: float | None = None,
 ) -> bool:
-    """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0; with
-    `starvation_scope` "backstop" only a job the wait guard cannot judge (`table`: the
-    history's, None: no index). From the job's numbers: the service passes its view's
+    """Tiresias STARVELIMIT: waited >= factor x last run stint -> back to queue 0, for a
+    job the wait guard cannot judge (`table`: the history's, None: no index). From the job's numbers: the service passes its view's
     (`promoted`), the simulator its own when a job starts."""
     if not starved(running, last_run_s, waiting_since, submit_time, now, config):
         return False

@@ -17,7 +17,6 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
-from slurm_ext.policy.guard_budget import describe_held, held_back
 from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
 from slurm_ext.policy.queues import (
     promoted,
@@ -26,7 +25,6 @@ from slurm_ext.policy.queues import (
     queue_service,
     uses_queues,
 )
-from slurm_ext.policy.run_order import by_run_time, describe_run_time, ordered_index
 from slurm_ext.policy.tables import History, build_table
 
 Key = tuple[int, int, float, float, int]
@@ -51,7 +49,6 @@ def key_and_change(
     account: str = "",
     time_limit_s: float | None = None,
     fair_share: float = 1.0,
-    held: bool = False,
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
@@ -64,8 +61,7 @@ def key_and_change(
     (user, job_name, account, time_limit_s) picks the Gittins table (policy/kinds.py).
     `fair_share` is the user's fair-share factor at the last calc pass (policy
     "fairshare", and gittins with `fairshare_site_weight`); keys that read it (and the age
-    factor) change at the next pass. `held`: the wait guard is due for this waiting job
-    but its budget holds it back (policy/guard_budget.py): it keeps its index's score.
+    factor) change at the next pass.
     """
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
@@ -97,8 +93,6 @@ def key_and_change(
             table = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
             index, change_at = table.step(attained_gpu_s)
             score = -index
-            if gpus > 1 and config.gittins_whole_order != "gpu_time":  # policy/run_order.py
-                score = -ordered_index(index, gpus, config)
             if running and gpus > 0:
                 t = (change_at - attained_gpu_s) / gpus
                 if t < after:
@@ -116,31 +110,17 @@ def key_and_change(
                 # over its GPUs) -> ahead of every unguarded job, first come first served
                 since = waiting_since if waiting_since is not None else submit_time
                 unit = config.wait_guard_factor / (index * gpus)  # factor x predicted run
-                if config.wait_guard == "promote":
-                    left = since + unit - now
-                    if left <= 0.0:
-                        if not held:
-                            score = GUARDED
-                    elif left < after:
-                        after = left
-                else:  # "age": the index doubles at waits of 1, 3, 7, ... units
-                    tier = math.floor(math.log2(1.0 + max(0.0, now - since) / unit))
-                    score *= 2.0**tier  # the order's value (run_order), aged
-                    left = since + unit * (2.0 ** (tier + 1) - 1.0) - now
-                    if left < after:
-                        after = max(0.0, left)
+                left = since + unit - now
+                if left <= 0.0:
+                    score = GUARDED
+                elif left < after:
+                    after = left
         factor = config.starvation_factor
         if not running and factor > 0 and last_run_s > 0:
             # starved() inlined: waited >= factor x last stint -> queue 0, else the key
-            # changes when it will have; with starvation_scope "backstop" only for a job
-            # the wait guard cannot judge (wait_judged: no index to scale its wait by)
-            judged = (
-                index > 0.0
-                and gpus > 0
-                and p == "gittins"
-                and config.wait_guard_factor > 0
-                and config.starvation_scope == "backstop"
-            )
+            # changes when it will have; only for a job the wait guard cannot judge
+            # (wait_judged: no index to scale its wait by)
+            judged = index > 0.0 and gpus > 0 and p == "gittins" and config.wait_guard_factor > 0
             if not judged:
                 since = waiting_since if waiting_since is not None else submit_time
                 if now - since >= factor * last_run_s:
@@ -153,10 +133,8 @@ def key_and_change(
                         after = left
         if p == "gittins" and config.fairshare_site_weight > 0:
             # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
-            fs = composed_score(score, now - submit_time, fair_share, config)
-            if fs is not None:
-                score = fs
-                after = min(after, _to_next_pass(now, config))
+            score = composed_score(score, now - submit_time, fair_share, config)
+            after = min(after, _to_next_pass(now, config))
         return (prot, queue, score, submit_time, job_id), after
     after = math.inf
     if running and prot == 0:
@@ -204,7 +182,6 @@ def _key_and_change(
     config: PolicyConfig,
     table: GittinsTable | None,
     fair_share: Mapping[str, float] | None = None,
-    held: bool = False,
 ) -> tuple[Key, float]:
     return key_and_change(
         config,
@@ -225,7 +202,6 @@ def _key_and_change(
         job.account,
         job.time_limit_s,
         1.0 if fair_share is None else fair_share.get(job.user, 1.0),
-        held,
     )
 
 
@@ -235,12 +211,10 @@ def priority_key(
     config: PolicyConfig,
     table: GittinsTable | None,
     fair_share: Mapping[str, float] | None = None,
-    held: bool = False,
 ) -> Key:
     """The sort key of one job (`key_and_change`); only oracle policies read
-    `true_duration_s`. `fair_share`: user -> factor (policy/fairshare.py), missing: 1.
-    `held`: the wait guard's budget holds the job back (`guard_budget.held_back`)."""
-    return _key_and_change(job, now, config, table, fair_share, held)[0]
+    `true_duration_s`. `fair_share`: user -> factor (policy/fairshare.py), missing: 1."""
+    return _key_and_change(job, now, config, table, fair_share)[0]
 
 
 def key_change_after(
@@ -301,11 +275,9 @@ def explain(
     config: PolicyConfig,
     table: GittinsTable | None,
     chosen: tuple[GittinsTable, str] | None = None,
-    held: bool = False,
 ) -> str:
     """A short human-readable reason for the job's place in the order (`chosen`: the
-    job's `job_table`, when the caller has it; `held`: the wait guard's budget holds
-    it back)."""
+    job's `job_table`, when the caller has it)."""
     parts: list[str] = []
     if key[0] == 0:
         parts.append(
@@ -329,8 +301,6 @@ def explain(
                 parts.append(
                     f"gittins {exact:.3g} from {label or 'pooled'} ({own.samples} completed jobs)"
                 )
-                if by_run_time(config):
-                    parts.append(describe_run_time(exact, job.gpus))
             else:
                 parts.append("no history yet: 2D-LAS order")
             if key[2] == GUARDED and job.running:
@@ -343,8 +313,6 @@ def explain(
                     f"wait guard: waited >= {config.wait_guard_factor:g} x its predicted run,"
                     " ahead of unguarded jobs"
                 )
-            elif held:
-                parts.append(describe_held(config))
             elif config.fairshare_site_weight > 0:
                 parts.append(describe(key[2], config))
         if promoted(job, now, config, table):
@@ -375,27 +343,17 @@ def rank(
     config: PolicyConfig,
     history: History = None,
     fair_share: Mapping[str, float] | None = None,
-    total_gpus: int = 0,
 ) -> list[Decision]:
     """Order jobs (running and pending) best first; Decision.rank 0 runs first.
 
     `history` is the completed jobs' GPU-seconds or a prebuilt GittinsTable; without it
-    the gittins policy falls back to 2D-LAS and says so in each reason. With
-    `gittins_censored` the table also reads `jobs`' attained service (censored).
+    the gittins policy falls back to 2D-LAS and says so in each reason.
     `fair_share` (user -> Slurm's fair-share factor) feeds policy "fairshare" and
-    `fairshare_site_weight`; a user missing from it reads 1 (no usage). `total_gpus`:
-    the cluster's GPUs, which `wait_guard_budget` is a share of (0: the guard lifts
-    one due job at a time).
+    `fairshare_site_weight`; a user missing from it reads 1 (no usage).
     """
-    table = None
-    if config.policy == "gittins":
-        active = [(j.gpus, j.attained_gpu_s) for j in jobs] if config.gittins_censored else None
-        table = build_table(history, config, active)
-    held = held_back(jobs, now, config, table, total_gpus)
-    keyed = sorted(
-        (priority_key(j, now, config, table, fair_share, j.job_id in held), j) for j in jobs
-    )
-    return [decide(i, k, j, now, config, table, j.job_id in held) for i, (k, j) in enumerate(keyed)]
+    table = build_table(history, config) if config.policy == "gittins" else None
+    keyed = sorted((priority_key(j, now, config, table, fair_share), j) for j in jobs)
+    return [decide(i, k, j, now, config, table) for i, (k, j) in enumerate(keyed)]
 
 
 def decide(
@@ -405,10 +363,8 @@ def decide(
     now: float,
     config: PolicyConfig,
     table: GittinsTable | None,
-    held: bool = False,
 ) -> Decision:
-    """The decision for the job at place `i` of the order, whose sort key is `key`
-    (`held`: the wait guard's budget holds the job back)."""
+    """The decision for the job at place `i` of the order, whose sort key is `key`."""
     chosen = _chosen(job, config, table)  # the table the job's index reads, and its group
     return Decision(
         job_id=job.job_id,
@@ -416,8 +372,8 @@ def decide(
         queue=key[1],
         index=_reported_index(job, key, config, table, chosen),
         promoted=uses_queues(config) and promoted(job, now, config, table),
-        guarded=not held and lifted(job, key[2], now, config, table),
-        reason=explain(job, key, now, config, table, chosen, held),
+        guarded=lifted(job, key[2], now, config, table),
+        reason=explain(job, key, now, config, table, chosen),
         group=(chosen[1] or "pooled") if chosen else "",
         group_samples=chosen[0].samples if chosen else 0,
     )

@@ -30,34 +30,20 @@ def as_completed(h: float | tuple[int | None, float] | Completed) -> Completed:
     return Completed(None, h)
 
 
-def build_table(
-    history: History,
-    config: PolicyConfig,
-    active: Sequence[tuple[int, float]] | None = None,
-    lazy: bool = False,
-) -> GittinsTable | None:
+def build_table(history: History, config: PolicyConfig, lazy: bool = False) -> GittinsTable | None:
     """A Gittins table from completed jobs (the last `history_window`): GPU-seconds,
     (GPUs, GPU-seconds) or Completed records; with `gittins_classes = "gpus"` also one per
     GPU class, and with `gittins_kinds` / `gittins_time_limit` the per-kind tables
-    (policy/kinds.py). With `gittins_censored`, `active` ((GPUs, attained GPU-seconds)
-    of the jobs running or pending now, all of them) are right-censored observations
-    (Kaplan-Meier) for the class and pooled tables. `lazy`: the same tables, their cells
-    computed when first read (`LazyGittinsTable`; the simulator, which refreshes often)."""
+    (policy/kinds.py). `lazy`: the same tables, their cells computed when first read
+    (`LazyGittinsTable`; the simulator, which refreshes often)."""
     if history is None or isinstance(history, GittinsTable):
         return history
     window = [as_completed(h) for h in history][-config.history_window :]
     start, per_decade = config.gittins_grid_start_gpu_s, config.gittins_grid_per_decade
-    censored = list(active or ()) if config.gittins_censored else None
     pairs = [(c.gpus, c.gpu_s) for c in window]
-    tables = LazyGittinsTable if lazy and censored is None else GittinsTable
+    tables = LazyGittinsTable if lazy else GittinsTable
     if config.gittins_classes == "gpus":
-        base = tables.from_history(
-            pairs, start, per_decade, config.gittins_class_min_samples, censored
-        )
-    elif censored is not None:
-        base = GittinsTable.from_censored(
-            [s for _, s in pairs], [a for _, a in censored], start, per_decade
-        )
+        base = tables.from_history(pairs, start, per_decade, config.gittins_class_min_samples)
     else:
         base = tables.from_samples([s for _, s in pairs], start, per_decade)
     whole = config.gittins_index == "whole"
@@ -72,6 +58,5 @@ def build_table(
         whole,
         start,
         per_decade,
-        config.gittins_kind_choice,
     )
     return replace(base, kinds=kinds)

@@ -54,7 +54,7 @@ for line in io.lines() do
       local job = { comment = f[3], name = f[4], user_name = f[5], tres_per_node = f[6],
                     tres_per_job = f[7], cpus_per_tres = f[8], cpus_per_task = tonumber(f[9]),
                     max_cpus_per_node = tonumber(f[10]), tres_per_task = f[14],
-                    num_tasks = tonumber(f[15]) }
+                    num_tasks = tonumber(f[15]), shared = tonumber(f[16]) }
       local changes, note, reason = H.plan(job, rows, { respect_explicit_cpus = f[11] == "1",
                                                          max_cpus_per_gpu = tonumber(f[12]),
                                                          gpus_per_node = tonumber(f[13]) or 0 })

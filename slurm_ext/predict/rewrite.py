@@ -36,6 +36,8 @@ class JobRequest:
     # the most CPUs one node gives the job: the partition's MaxCPUsPerNode and its CPUs per
     # node (total_cpus / total_nodes), the smaller; None: no limit
     max_cpus_per_node: int | None = None
+    # job_desc.shared: 0 is --exclusive (whole nodes, every core already the job's)
+    shared: int | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> JobRequest:
@@ -162,7 +164,8 @@ def plan_rewrite(job: JobRequest, table: ParsedTable, conf: HookConfig) -> Rewri
     explicit = job.cpus_per_task not in (None, NO_VAL16) or (
         conf.respect_explicit_cpus and job.cpus_per_tres is not None
     )
-    if "cpu" not in hints.opt_out and not explicit:
+    whole_nodes = job.shared == 0
+    if "cpu" not in hints.opt_out and not explicit and not whole_nodes:
         n = row.cpus_per_gpu
         if conf.max_cpus_per_gpu > 0:
             n = min(n, conf.max_cpus_per_gpu)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_ext.policy import PolicyConfig
@@ -38,27 +39,44 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a trace is replayed, the same in every mode (`slurm-ext replay`'s options)."""
+
+    speedup: float
+    checkpoint_interval_s: float = 0.0  # trace seconds between a job's checkpoints
+    preemptible_fraction: float = 0.0
+    seed: int = 0
+    policy: PolicyConfig | None = None  # the service's policy (None: as shipped)
+    placement: str | None = None  # the service's placement hints mode (None: off, as shipped)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where a replay runs: a fresh local cluster of this shape, or, with `slurm_conf`,
+    that cluster's `partition` (then its own shape)."""
+
+    nodes: int
+    gpus_per_node: int
+    slurm_conf: str | None = None
+    partition: str | None = None
+    accounting: bool = True  # a fresh cluster's slurmdbd
+
+
 def replay_mode(
     jobs,
     mode: str,
     workdir: Path,
-    speedup: float,
-    checkpoint_interval: float,
-    preemptible_fraction: float,
-    seed: int,
-    nodes: int,
-    gpus_per_node: int,
-    slurm_conf: str | None = None,
-    partition: str | None = None,
-    accounting: bool = True,
+    options: ReplayOptions,
+    cluster: ClusterSpec,
     stop_event=None,
-    policy: PolicyConfig | None = None,
-    placement: str | None = None,
 ) -> dict[str, float]:
-    """One mode on a fresh local cluster (or the given partition); its summary row.
-    placement: the service's placement hints mode (None: off, as shipped)."""
+    """One mode on a fresh local cluster (or the given partition); its summary row."""
     label = f"[{mode}] "
-    tgt = target.existing(slurm_conf, partition or "") if slurm_conf else None
+    speedup, placement = options.speedup, options.placement
+    tgt = None
+    if cluster.slurm_conf:
+        tgt = target.existing(cluster.slurm_conf, cluster.partition or "")
     if tgt is not None and mode != "slurm":
         others = target.foreign_jobs(tgt)
         if others:  # the service writes the priority of every job in its partition
@@ -67,8 +85,8 @@ def replay_mode(
                 f"{len(others)} other job(s) (e.g. {others[0]}) whose priority the service "
                 "would change"
             )
-    shape = (tgt.nodes, tgt.gpus_per_node) if tgt else (nodes, gpus_per_node)
-    planned = plan(jobs, speedup, *shape, mode, preemptible_fraction, seed)
+    shape = (tgt.nodes, tgt.gpus_per_node) if tgt else (cluster.nodes, cluster.gpus_per_node)
+    planned = plan(jobs, speedup, *shape, mode, options.preemptible_fraction, options.seed)
     if (workdir / "jobs").exists():  # old checkpoints, state and records would mix in
         raise target.TargetError(f"{workdir} already holds a replay; give a fresh --workdir")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -77,10 +95,11 @@ def replay_mode(
     try:
         if tgt is None:
             conf = replay_conf(speedup, max(j.limit_min for j in planned))
-            _say(
-                f"{label}starting a local cluster ({nodes} x {gpus_per_node} GPUs) in {workdir}/cluster"
+            size = f"{cluster.nodes} x {cluster.gpus_per_node} GPUs"
+            _say(f"{label}starting a local cluster ({size}) in {workdir}/cluster")
+            tgt = target.local(
+                workdir / "cluster", cluster.nodes, cluster.gpus_per_node, conf, cluster.accounting
             )
-            tgt = target.local(workdir / "cluster", nodes, gpus_per_node, conf, accounting)
         if mode != "slurm":
             cfg = service.write_config(
                 workdir / "service.toml",
@@ -88,14 +107,15 @@ def replay_mode(
                 tgt.partition,
                 speedup,
                 preemption=mode == "service-requeue",
-                policy=policy,
-                checkpoint_interval_s=checkpoint_interval,
+                policy=options.policy,
+                checkpoint_interval_s=options.checkpoint_interval_s,
             )
             if placement:
                 placement_.enable_hints(cfg, placement)
             proc = service.start(cfg, workdir / "service.log")
             _say(f"{label}service started (pid {proc.pid}, log {workdir}/service.log)")
-        replay = Replay(tgt, planned, workdir / "jobs", checkpoint_interval / speedup, label, _say)
+        checkpoint_s = options.checkpoint_interval_s / speedup
+        replay = Replay(tgt, planned, workdir / "jobs", checkpoint_s, label, _say)
         if stop_event is not None:
             replay.stop_event = stop_event
         records, epoch = replay.run()

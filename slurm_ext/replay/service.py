@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from slurm_ext.core import tomlio
+from slurm_ext.core.config import to_table
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.replay.slurmconf import REQUEUE_HOLD_S
 
@@ -74,7 +75,7 @@ def write_config(
         "preemption": "requeue" if preemption else "off",
         "history_source": "store",
         "slurm": {"backend": "cli", "slurm_conf": slurm_conf, "timeout_s": 10.0},
-        "policy": dataclasses.asdict(
+        "policy": to_table(
             scaled_policy(
                 with_requeue_hold(
                     with_checkpoints(policy or PolicyConfig(), checkpoint_interval_s), speedup

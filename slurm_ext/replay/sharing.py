@@ -1,5 +1,6 @@
 """Live co-location: a replay with opportunistic jobs on gres/shard and a node agent per
-node, against Slurm alone on the same cluster (issue 18, item 4).
+node, against Slurm alone on the same cluster, to check that the live modes order as
+the simulator's do (benchmarks/bench_coloc_live.py).
 
 The cluster (`LocalCluster(shards_per_gpu=S)`) gives each GPU S - 1 shards on a second
 device file (Slurm never lets a gres/shard job onto a GPU a gres/gpu job holds, so GPU i
@@ -321,21 +322,30 @@ def class_summary(
     return out
 
 
+@dataclass(frozen=True)
+class SharedCluster:
+    """The fresh local cluster a co-location replay starts: its shape and each GPU's
+    shards (the jobs that may share it)."""
+
+    nodes: int
+    gpus_per_node: int
+    shards_per_gpu: int = 2
+
+
 def replay_coloc(
     jobs: Sequence,
     mode: str,
     workdir: Path,
     speedup: float,
-    nodes: int,
-    gpus_per_node: int,
+    shape: SharedCluster,
     profiles: Mapping[int, JobProfile],
     agents: NodeAgents,
-    shards_per_gpu: int = 2,
     seed: int = 0,
     say=lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> dict[str, float]:
     """One mode ("alone" or "shared") on a fresh local cluster with shard gres and an agent
     per node; its row: per-class avg JCT, pauses and resumes, GPU energy and utilisation."""
+    nodes, gpus_per_node, shards_per_gpu = shape.nodes, shape.gpus_per_node, shape.shards_per_gpu
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if shards_per_gpu < 2:

@@ -1,7 +1,9 @@
 """`service.toml` as dataclasses: what the service reads at start, checked there.
 
-Every key with its meaning is in etc/service.toml; `slurm_ext.core.config.load_config` turns
-a bad value into an error naming the file and the key.
+The keys an admin sets are in etc/service.toml with their meaning; the rest are in
+docs/admin-guide.md ("Other settings") and, for `[policy.tuning]`, docs/simulator.md
+("Tuning constants"). `slurm_ext.core.config.load_config` turns a bad value into an
+error naming the file and the key.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ class SlurmSection:
 
 @dataclass
 class ServiceConfig:
-    """`service.toml`. See etc/service.toml for every key with its meaning."""
+    """`service.toml` (see the module docstring for where each key is described)."""
 
     interval_s: float = positive(30.0)
     store: str = "/var/lib/slurm-ext/service.db"
+    # the co-location classes file, read by the node agents too (slurm_ext.core.classes);
+    # "": /etc/slurm-ext/classes.toml where it exists, else its defaults
+    classes_file: str = ""
     mode: str = choices("site_factor", "priority", default="site_factor")
     partitions: list[str] = field(default_factory=list)  # empty: every partition
     value_min: int = 1
@@ -42,9 +47,10 @@ class ServiceConfig:
     max_requeues_per_pass: int = 2
     listen: str = "127.0.0.1"
     port: int = 9788  # metrics, agent reports and the user view; 0 disables the listener
-    # the read-only user view on the listener (slurm_ext/userview/http.py): "full" shows
-    # every job with its user (as squeue does), "anonymous" hides user names, "off" none
-    user_view: str = choices("full", "anonymous", "off", default="full")
+    # the read-only user view on the listener (slurm_ext/userview/privacy.py): "auto"
+    # follows Slurm's PrivateData (anonymous where it hides jobs, users or accounts),
+    # "full" every job with its user, "anonymous" no user, job name or account, "off" none
+    user_view: str = choices("auto", "full", "anonymous", "off", default="auto")
     report_secret_file: str | None = None
     backoff_max_s: float = positive(300.0)
     # Completed-job history for the Gittins distribution, beyond what the service saw:

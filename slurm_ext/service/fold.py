@@ -146,7 +146,7 @@ def advance(
     service, waiting = next_service(prev, job, gpus, now, promoted, terminal)
     completion = None
     # a run Slurm timed at 0 s (start and end in the same second) is a completion too:
-    # dropping it left the shortest jobs out of the Gittins history (issue 13)
+    # dropping it left the shortest jobs out of the Gittins history
     ran = prev.run_start is not None or (prev.state == "PENDING" and _ran_unseen(job, waiting))
     if terminal and (service.closed_gpu_s > 0 or ran):
         completion = (job.job_id, service.closed_gpu_s, service.closed_run_s, job.end_time or now)
@@ -215,7 +215,7 @@ def _requeue_completing(job: Job, stint: Stint | None, prev_state: str) -> bool:
     StartTime moved to the requeue instant (squeue --json, 22.05 and 25.11). Read as a
     fresh start it made a stint of a few tenths of a second, which became its last run:
     the starvation guard then promoted it after 160 x that instead of 160 x its real run,
-    and the live service requeued others for it (issue 13, the requeue thrash)."""
+    and the live service requeued others for it, pass after pass (a requeue thrash)."""
     if job.state != JobState.COMPLETING or prev_state == "SUSPENDED":
         return False
     if stint is None:  # a later pass of the same completion: it waits already

@@ -4,8 +4,8 @@ A thin shell. Each pass: read jobs and nodes through the SlurmClient, fold them 
 store's attained-service records (`slurm_ext.service.fold`; restart-safe: a stint's start
 comes from Slurm's own StartTime), rank with `slurm_ext.policy.rank` (the same function
 the simulator calls; `slurm_ext.service.rank_cache` redoes only what changed since the last
-pass), turn the order into priority values with `writeback.assign_values`, and write
-only the jobs whose value, placement or run state must change.
+pass), turn the order into priority values with `priority_values.assign_values`, and
+write only the jobs whose value, placement or run state must change.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from slurm_ext.core.model import Decision, Job, JobView, Node
+from slurm_ext.core.classes import load_classes
+from slurm_ext.core.model import Decision, Job, JobClasses, JobView, Node
 from slurm_ext.policy.guards import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild
-from slurm_ext.service.collector import PassCollector
 from slurm_ext.service.config import ServiceConfig, SlurmSection
 from slurm_ext.service.fold import TERMINAL, fold, persisted_fields
+from slurm_ext.service.gc_pause import PassCollector
 from slurm_ext.service.opportunistic_requeue import requeue_overdue
+from slurm_ext.service.priority_values import assign_values, changed
 from slurm_ext.service.rank_cache import RankCache
 from slurm_ext.service.site_factors import compose
 from slurm_ext.service.steps import (
@@ -36,7 +38,6 @@ from slurm_ext.service.steps import (
     with_kinds,
 )
 from slurm_ext.service.upkeep import Upkeep
-from slurm_ext.service.writeback import assign_values, changed
 from slurm_ext.service.writes import SlurmWrites
 from slurm_ext.slurm.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_ext.store.db import Store
@@ -83,7 +84,7 @@ def _user_placed(job: Job, stored: DecisionRecord | None) -> bool:
     return bool(job.required_nodes or job.excluded_nodes) and not ours
 
 
-class Service(Upkeep):
+class Service:
     def __init__(
         self,
         config: ServiceConfig,
@@ -91,8 +92,11 @@ class Service(Upkeep):
         store: Store,
         dry_run: bool = False,
         metrics=None,
+        classes: JobClasses | None = None,
     ) -> None:
+        """`classes`: the co-location classes (default: read from `config.classes_file`)."""
         self.config = config
+        self.classes = classes if classes is not None else load_classes(config.classes_file)
         self.client = client
         self.writes = SlurmWrites(client, config.mode)
         self.store = store
@@ -101,17 +105,17 @@ class Service(Upkeep):
         self._stop = threading.Event()
         self.failures = 0
         # in-memory copies of the store's tables; the store is written only where they change
-        self._next_sacct = 0.0
         self._promoted: set[int] = set()  # waiting jobs the last pass promoted
         self._records: dict[int, JobRecord] | None = None
         self._decisions: dict[int, DecisionRecord] | None = None
         self._views: dict[int, tuple[tuple, JobView]] = {}  # waiting jobs' last views
-        self._warned_at: dict[str, float] = {}  # `_hourly`: when each warning was last logged
-        self._node_rows: list[tuple] | None = None  # what _save_nodes last wrote
         self._order: list[int] | None = None  # the decision order the store holds
         self._ranker = RankCache()  # `policy.rank`, pass after pass
         self._collector = PassCollector()
         self._sites: dict[int, int] = {}  # composed: each active job's site factor
+        self.upkeep = Upkeep(
+            config.history_source, config.sacct_days, config.sacct_refresh_s, config.value_max
+        )
 
     def _load(self) -> tuple[dict[int, JobRecord], dict[int, DecisionRecord]]:
         if self._records is None or self._decisions is None:
@@ -132,17 +136,17 @@ class Service(Upkeep):
     def run_pass(self, now: float | None = None) -> PassResult:
         """One pass: read Slurm, fold it into the records, rank, write what must change,
         remember the decisions. Each step below is one of these; the garbage collector
-        waits until the pass is done (`slurm_ext.service.collector`)."""
+        waits until the pass is done (`slurm_ext.service.gc_pause`)."""
         t0 = time.monotonic()
         now = time.time() if now is None else now
         res = PassResult(started_at=now)
         with self._collector.during():
-            self._import_history(now)
+            self.upkeep.import_history(self.client, self.store, now)
             jobs = self.client.jobs(states=ACTIVE + TERMINAL)
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
             active = [j for j in jobs if j.state.active and self.managed(j)]
-            decisions = self._rank(active, records, now, sum(n.gpus for n in nodes))
+            decisions = self._rank(active, records, now)
             res.decisions, res.ranked = decisions, len(decisions)
             by_id = {j.job_id: j for j in active}
             if self.config.composes:  # the order Slurm applies, with the site factors
@@ -155,7 +159,7 @@ class Service(Upkeep):
             if not self.config.composes:  # composed, Slurm's priority is the order
                 res.inversions = order_inversions(decisions, by_id, res.planned)
             self._remember(decisions, by_id, stored, values, placed, now)
-            self._save_nodes(nodes)
+            self.upkeep.save_nodes(self.store, nodes)
         self._finish(res, t0)
         return res
 
@@ -181,11 +185,10 @@ class Service(Upkeep):
         return records, stored
 
     def _rank(
-        self, active: Sequence[Job], records: dict[int, JobRecord], now: float, gpus: int
+        self, active: Sequence[Job], records: dict[int, JobRecord], now: float
     ) -> list[Decision]:
         """The policy's order of the managed active jobs: the simulator's `rank`, redoing
-        only what changed since the last pass (`slurm_ext.service.rank_cache`); `gpus`: the
-        cluster's, which the wait guard's budget is a share of."""
+        only what changed since the last pass (`slurm_ext.service.rank_cache`)."""
         history = self.store.history_kinds(self.config.policy.history_window)
         views = []
         reused: dict[int, tuple[tuple, JobView]] = {}
@@ -202,11 +205,11 @@ class Service(Upkeep):
             reused[job.job_id] = last
             views.append(last[1])
         self._views = reused  # waiting jobs' views, for the next pass
-        # gittins_index "auto": the whole-job index unless this service preempts
+        # the whole-job index unless this service preempts (`for_preemption`)
         policy = self.config.policy.for_preemption(self.config.preemption == "requeue")
         # composed: rank by the index alone; `site_factors.compose` adds Slurm's priority
         plain = replace(policy, fairshare_site_weight=0.0) if self.config.composes else policy
-        decisions = self._ranker.rank(views, now, plain, history or None, gpus)
+        decisions = self._ranker.rank(views, now, plain, history or None)
         self._promoted = starts_promoted(decisions, policy)
         return decisions
 
@@ -262,6 +265,7 @@ class Service(Upkeep):
                 self.store.reports,
                 res.started_at,
                 self.config.opportunistic,
+                self.classes,
                 lambda job_id: self.writes.call(res, self.client.requeue, job_id),
             )
         except SlurmUnavailable as exc:
@@ -329,8 +333,8 @@ class Service(Upkeep):
         self.store.record_pass(
             res.started_at, res.duration_s, res.ranked, res.writes, res.errors, self.dry_run
         )
-        self._checkpoint()
-        self._warn_inversions(res)
+        self.upkeep.checkpoint(self.store)
+        self.upkeep.warn_inversions(res.inversions)
         if self.metrics is not None:
             self.metrics.observe_pass(res, res.decisions)
         log.info(

@@ -1,5 +1,5 @@
-"""The service's half of the opportunistic requeue rule (issue 18): requeue a job that
-node agents have kept paused longer than `max_pause_s`.
+"""The service's half of the opportunistic requeue rule: requeue a job that node agents
+have kept paused longer than `max_pause_s`.
 
 An agent freezes an opportunistic job when the guaranteed job beside it on a GPU slows
 (AntMan-style). slurmctld does not see the freeze, so the job's time limit runs on and,
@@ -9,8 +9,9 @@ last checkpoint, with a fresh limit. The rule itself is `policy.opportunistic.ov
 the one the simulator applies (sim/coloc.py).
 
 What the service trusts: the class comes from Slurm's QOS and partition through the
-agent's own `colocation.classify` with this section's lists, never from a report, so a
-guaranteed job is never requeued whatever an agent says; only jobs that opted in to
+agent's own `colocation.classify` with the classes file the agents read too
+(`slurm_ext.core.classes`), never from a report, so a guaranteed job is never requeued
+whatever an agent says; only jobs that opted in to
 requeue (`--requeue`) go. How long a job has been paused comes from its agents' latest
 reports for its current stint, each measured on the agent's own clock (period_end -
 paused_since, so clock skew between hosts does not count), and only from reports at most
@@ -22,10 +23,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from slurm_ext.core.config import positive
-from slurm_ext.core.model import Job, JobState
+from slurm_ext.core.model import Job, JobClasses, JobState
 from slurm_ext.core.reports import JobReport
 from slurm_ext.policy import colocation as co
 from slurm_ext.policy.opportunistic import overdue
@@ -36,16 +37,11 @@ log = logging.getLogger("slurm_ext.service.loop")
 @dataclass
 class OpportunisticSection:
     """`[opportunistic]` in service.toml. max_pause_s: requeue an opportunistic job its
-    agents have kept paused this long (0: never; the default). The four class lists: as
-    the agents' `[colocation]` has them (keep them the same; QOS decides first, then
-    partition, else the job is guaranteed). report_max_age_s: older reports say nothing.
-    max_per_pass: requeues per pass at most."""
+    agents have kept paused this long (0: never; the default); which jobs are
+    opportunistic, the classes file says (`classes_file`). report_max_age_s: older
+    reports say nothing. max_per_pass: requeues per pass at most."""
 
     max_pause_s: float = 0.0
-    opportunistic_qos: list[str] = field(default_factory=lambda: ["opportunistic", "scavenger"])
-    guaranteed_qos: list[str] = field(default_factory=list)
-    opportunistic_partitions: list[str] = field(default_factory=list)
-    guaranteed_partitions: list[str] = field(default_factory=list)
     report_max_age_s: float = positive(300.0)
     max_per_pass: int = 8
 
@@ -55,21 +51,13 @@ class OpportunisticSection:
         if self.max_per_pass < 1:
             raise ValueError("opportunistic.max_per_pass must be >= 1")
 
-    def rules(self) -> co.ClassRules:
-        return co.ClassRules(
-            guaranteed_qos=tuple(self.guaranteed_qos),
-            opportunistic_qos=tuple(self.opportunistic_qos),
-            guaranteed_partitions=tuple(self.guaranteed_partitions),
-            opportunistic_partitions=tuple(self.opportunistic_partitions),
-        )
 
-
-def eligible(job: Job, cfg: OpportunisticSection) -> bool:
+def eligible(job: Job, classes: JobClasses) -> bool:
     """Running, opportunistic by Slurm's QOS/partition, and opted in to requeue."""
     return (
         job.state == JobState.RUNNING
         and job.requeue
-        and co.classify(job.qos, job.partition, cfg.rules()) == co.OPPORTUNISTIC
+        and co.classify(job.qos, job.partition, classes) == co.OPPORTUNISTIC
     )
 
 
@@ -107,13 +95,14 @@ def overdue_jobs(
     reports_of: Callable[[int], list[JobReport]],
     now: float,
     cfg: OpportunisticSection,
+    classes: JobClasses,
 ) -> list[int]:
     """The eligible jobs paused for `cfg.max_pause_s` or longer, by `overdue` (sorted)."""
     if not cfg.max_pause_s > 0:
         return []
     since: dict[int, float] = {}
     for job in jobs:
-        if not eligible(job, cfg):
+        if not eligible(job, classes):
             continue
         held = paused_for(job, reports_of(job.job_id), now, cfg)
         if held > 0:
@@ -126,13 +115,14 @@ def requeue_overdue(
     reports_of: Callable[[int], list[JobReport]],
     now: float,
     cfg: OpportunisticSection,
+    classes: JobClasses,
     requeue: Callable[[int], bool],
 ) -> list[int]:
     """Requeue the overdue jobs (at most `cfg.max_per_pass`) one `scontrol requeue` each;
     `requeue` says whether Slurm took it (a refusal is logged by it, retried next pass).
     Returns the jobs requeued."""
     done = []
-    for job_id in overdue_jobs(jobs, reports_of, now, cfg)[: cfg.max_per_pass]:
+    for job_id in overdue_jobs(jobs, reports_of, now, cfg, classes)[: cfg.max_per_pass]:
         if requeue(job_id):
             done.append(job_id)
             log.info(

@@ -15,14 +15,12 @@ cache to `rank` pass after pass.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_ext.core.model import Completed, Decision, JobView
 from slurm_ext.policy import PolicyConfig, build_table
 from slurm_ext.policy.gittins import GittinsTable
-from slurm_ext.policy.guard_budget import budgeted, held_among, view_deadline
 from slurm_ext.policy.ranking import Key, _key_and_change, decide
 from slurm_ext.store.rows import copy_with
 
@@ -37,8 +35,6 @@ class _Kept:
     key: Key
     until: float  # the key holds for passes before this time
     decision: Decision | None  # its decision (any rank), reusable while the key holds
-    held: bool = False  # the wait guard's budget held it back (its key is the index's)
-    deadline: float = math.inf  # when the wait guard is due for it (`view_deadline`)
 
 
 class RankCache:
@@ -57,24 +53,17 @@ class RankCache:
         now: float,
         config: PolicyConfig,
         history: list[Completed] | None,
-        total_gpus: int = 0,
     ) -> list[Decision]:
-        """`policy.rank(views, now, config, history, total_gpus=total_gpus)`."""
-        table, same = self._table_for(views, config, history)
+        """`policy.rank(views, now, config, history)`."""
+        table, same = self._table_for(config, history)
         old = self._kept if same and _keys_keep(config) else {}
-        held: set[int] = set()
-        deadlines: dict[int, float] = {}
-        if budgeted(config):
-            held, deadlines = _held_back(views, old, now, config, table, total_gpus)
         by_id: dict[int, tuple[Key, JobView]] = {}
         kept: dict[int, _Kept] = {}
         for v in views:
             k = old.get(v.job_id)
-            h = v.job_id in held
-            if k is None or k.view is not v or now >= k.until or k.held != h:
-                key, after = _key_and_change(v, now, config, table, None, h)
-                d = deadlines.get(v.job_id, math.inf)
-                k = _Kept(v, key, now + after - MARGIN_S, None, h, d)
+            if k is None or k.view is not v or now >= k.until:
+                key, after = _key_and_change(v, now, config, table)
+                k = _Kept(v, key, now + after - MARGIN_S, None)
             kept[v.job_id] = k
             by_id[v.job_id] = (k.key, v)
         # last pass's order first: sorting a nearly sorted list is nearly linear
@@ -88,7 +77,7 @@ class RankCache:
             k = kept[v.job_id]
             d = k.decision
             if d is None or not reuse or d.promoted:
-                d = k.decision = decide(i, key, v, now, config, table, k.held)
+                d = k.decision = decide(i, key, v, now, config, table)
             elif d.rank != i:
                 d = copy_with(d, rank=i)
             out.append(d)
@@ -100,16 +89,12 @@ class RankCache:
         return self._kept[job_id].key
 
     def _table_for(
-        self, views: Sequence[JobView], config: PolicyConfig, history: list[Completed] | None
+        self, config: PolicyConfig, history: list[Completed] | None
     ) -> tuple[GittinsTable | None, bool]:
         """The Gittins table `rank` would build, and whether it is last pass's (same
         history, same policy): only then do kept keys and decisions still hold."""
         if config.policy != "gittins":
             table = None
-        elif config.gittins_censored:  # it reads the active jobs' attained service
-            active = [(v.gpus, v.attained_gpu_s) for v in views]
-            self._history = None
-            return build_table(history, config, active), False
         elif history == self._history and config == self._config:
             return self._table, True
         else:
@@ -117,26 +102,6 @@ class RankCache:
         same = table is None and self._table is None and config == self._config
         self._history, self._config, self._table = history, config, table
         return table, same
-
-
-def _held_back(
-    views: Sequence[JobView],
-    old: dict[int, _Kept],
-    now: float,
-    config: PolicyConfig,
-    table: GittinsTable | None,
-    total_gpus: int,
-) -> tuple[set[int], dict[int, float]]:
-    """`guard_budget.held_back` from the kept deadlines (a kept key's deadline holds with
-    its view and table), and every job's deadline."""
-    deadlines: dict[int, float] = {}
-    for v in views:
-        k = old.get(v.job_id)
-        if k is None or k.view is not v or now >= k.until:
-            deadlines[v.job_id] = view_deadline(v, config, table)
-        else:
-            deadlines[v.job_id] = k.deadline
-    return held_among(views, deadlines, now, config, total_gpus), deadlines
 
 
 def _keys_keep(config: PolicyConfig) -> bool:

@@ -81,10 +81,7 @@ SITE_FACTOR_MAX = 2_000_000_000  # as value_max in site_factor mode (scontrol ta
 
 def check_composition(mode: str, policy: PolicyConfig) -> None:
     """`policy.fairshare_site_weight` W > 0 only where the service can write the sum the
-    simulator models: a SiteFactor (values in [0, W]) beside Slurm's own priority.
-    Guard "promote" (a guarded job above every job, fair-share bypassed) has no such
-    value: any SiteFactor fair-share can outweigh is "site"'s W, and one above every
-    possible priority would depend on weights slurm.conf holds, not this config."""
+    simulator models: a SiteFactor (values in [0, W]) beside Slurm's own priority."""
     w = policy.fairshare_site_weight
     if w <= 0:
         return
@@ -98,10 +95,4 @@ def check_composition(mode: str, policy: PolicyConfig) -> None:
         raise ValueError(
             f"policy.fairshare_site_weight = {w:g} does not fit a SiteFactor"
             f" (at most {SITE_FACTOR_MAX})"
-        )
-    if policy.fairshare_guard == "promote":
-        raise ValueError(
-            'policy.fairshare_guard = "promote" (a guarded job above every job) cannot be'
-            " written as a SiteFactor beside Slurm's fair-share: with"
-            f' policy.fairshare_site_weight = {w:g} use fairshare_guard = "site"'
         )

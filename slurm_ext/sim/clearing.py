@@ -121,7 +121,7 @@ class NodeClearing:
         rec = self.no_room.get(job.id)
         if rec is None or rec[0] != job.key_ver:
             return True
-        if not job.must_consolidate or self.cl.spread_victims:
+        if not job.must_consolidate:
             # with costs, room grows as the job waits: always try again
             return self.cfg.preemption_cost or rec[1] != self.epoch
         if self.cfg.preemption_cost and job.gpus * (now - job.waiting_since) >= rec[3]:

@@ -67,7 +67,7 @@ class Simulator:
         on_pass: Callable[[Simulator, float], None] | None = None,
         progress: Callable[[int, int, float], None] | None = None,
     ) -> None:
-        # gittins_index "auto": the whole-job index when this cluster does not preempt
+        # the whole-job index when this cluster does not preempt (`for_preemption`)
         self.cfg, self.cl = policy.for_preemption(cluster.preemptive), cluster
         self.on_pass, self.progress = on_pass, progress
         self.jobs, every_job_preemptible = sim_jobs(list(trace), cluster)
@@ -261,16 +261,11 @@ class Simulator:
             cfg, keys.table, now, False, job.last_run, job.waiting_since, job.submit,
             job.gpus, job.attained, job.user, job.name, job.account, job.limit,
         )  # fmt: skip
-        budget = keys.budget
         if not promoted and cfg.wait_guard_keep > 0:
             promoted = wait_guarded(
                 cfg, keys.table, now, job.gpus, job.attained, job.waiting_since,
                 job.user, job.name, job.account, job.limit,
             )  # fmt: skip
-            if budget is not None:  # only a job the budget lifted (the service: `guarded`)
-                promoted = promoted and job.id in budget.lifts
-        if budget is not None:
-            budget.started(job)
         job.begin_stint(now, promoted)
         st.cluster.take(job, alloc)
         keys.pending_ver += 1  # it leaves the pending set

@@ -9,8 +9,7 @@ job's is stale and dropped when it reaches the top. `order()` reads the heaps ba
 test can check them against `policy.rank` on the same state.
 
 What the keys read lives here too: the Gittins table and the history it is built from,
-each job's kind table (`choices`), Slurm's fair-share usage (`ledger`) and the wait
-guard's budget (`sim.guardbudget`).
+each job's kind table (`choices`) and Slurm's fair-share usage (`ledger`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from slurm_ext.policy.kinds import Choice
 from slurm_ext.policy.ranking import key_and_change
 from slurm_ext.sim.clearing import NodeClearing
 from slurm_ext.sim.fairshare import fairshare_ledger
-from slurm_ext.sim.guardbudget import GuardBudget
 from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.state import ABOVE_ALL, WAKE, Engine, SimState
 
@@ -72,7 +70,6 @@ class KeyedQueues:
         self.choices: dict[SimJob, Choice] = {}  # each job's kind tables
         # Slurm's fair-share usage per user, when keys read it (policy/fairshare.py)
         self.ledger = fairshare_ledger(cfg, jobs)
-        self.budget = GuardBudget.of(cfg, state.cluster.total_gpus)
 
     def rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
         """Recompute the job's key, file it in its heap and schedule its next change.
@@ -106,12 +103,10 @@ class KeyedQueues:
             own = choice.pick(attained)
             if own.samples:  # the same key from its own table (no kinds: read as is)
                 table = own
-        budget = self.budget
-        held = budget is not None and not running and budget.held(job, table, now, attained)
         key, after = key_and_change(
             self.cfg, table, now, job.id, job.gpus, job.submit, attained, executed, running,
             last_run, waiting_since, promoted_at, job.duration, job.user, job.name,
-            job.account, job.limit, fs, held,
+            job.account, job.limit, fs,
         )  # fmt: skip
         if not wake or key != old:
             job.key = key
@@ -156,15 +151,6 @@ class KeyedQueues:
         heapify(heap)
         self.running_cap = max(RUNNING_MIN, 2 * len(heap))
 
-    def apply_budget(self, now: float) -> None:
-        """Re-key the due jobs whose lift by the wait guard's budget changed."""
-        assert self.budget is not None
-        by_id = self.st.by_id
-        for job_id in self.budget.relift():
-            job = by_id[job_id]
-            if not job.running and job.finish is None:
-                self.engine._rekey(job, now)
-
     def completed(self, record: Completed, now: float) -> None:
         """A job completed (`record`: its history entry): rebuild the Gittins table
         after `history_refresh` completions (sooner while the history is small: every
@@ -178,13 +164,7 @@ class KeyedQueues:
         """Rebuild the Gittins table from the history and re-key every active job."""
         active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
         active += [e[3] for e in self.running if e[1] == e[3].key_ver]
-        censored = None
-        if self.cfg.gittins_censored:  # what rank() would read off the active views
-            censored = [
-                (j.gpus, j.attained + j.gpus * (now - j.start) if j.running else j.attained)
-                for j in active
-            ]
-        self.table = build_table(list(self.history), self.cfg, censored, lazy=True)
+        self.table = build_table(list(self.history), self.cfg, lazy=True)
         self.choices.clear()
         self.since_refresh = 0
         self.pending.clear()

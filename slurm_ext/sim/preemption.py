@@ -50,11 +50,8 @@ class Preemption:
         For a job that must consolidate the clearing tables (sim/clearing.py) pick the
         same victims faster.
         """
-        cl, clearing = self.cl, self.clearing
-        if job.must_consolidate and cl.spread_victims:
-            # the live service's choice (it reads the job as free to spread), Slurm's start
-            return self.requeue_below(job, now, spread=True)
-        if job.must_consolidate and cl.max_requeues_per_pass > 0:
+        clearing = self.clearing
+        if job.must_consolidate and self.cl.max_requeues_per_pass > 0:
             # the service's cap (its worst `cap` victims a pass) is not in the tables
             victims = self.rule_victims(job, now)
             if not victims:
@@ -80,12 +77,11 @@ class Preemption:
             return alloc
         return self.requeue_below(job, now)
 
-    def requeue_below(self, job: SimJob, now: float, spread: bool = False) -> Alloc | None:
-        """Requeue the victims the rule picks off the running heap for `job`, read as a
-        job that need not consolidate (`spread`: one that must, as the live service reads
-        it: `SimConfig.spread_victims`); its GPUs where it fits now, else None."""
+    def requeue_below(self, job: SimJob, now: float) -> Alloc | None:
+        """Requeue the victims the rule picks off the running heap for `job`, a job that
+        need not consolidate; its GPUs where it fits now, else None."""
         popped: list[tuple] = []
-        victims = self.victims(job, self.pop_below(job, now, popped), now, spread)
+        victims = self.victims(job, self.pop_below(job, now, popped), now)
         gone = set(victims)
         running = self.keys.running
         for entry in popped:
@@ -96,7 +92,7 @@ class Preemption:
         if not victims:
             self.clearing.no_room_for(job)
             return None
-        # Slurm starts it only where it fits as asked: a spread choice may leave no room
+        # Slurm starts it only where it fits as asked
         cpus = self.cluster.cpus(job.cpus_per_gpu)
         return choose_gpus(self.cluster.idx, job.gpus, job.must_consolidate, cpus)
 
@@ -141,16 +137,12 @@ class Preemption:
             job.preemptions,
         )
 
-    def victims(
-        self, job: SimJob, below: Iterable[RunningJob], now: float, spread: bool = False
-    ) -> list[int]:
-        """`choose_victims` on the simulator's state (the one rule the service uses too);
-        `spread`: for `job` read as free to take GPUs on any nodes."""
+    def victims(self, job: SimJob, below: Iterable[RunningJob], now: float) -> list[int]:
+        """`choose_victims` on the simulator's state (the one rule the service uses too)."""
         gain = None
         if self.cfg.preemption_cost:
             gain = job.gpus * (now - job.waiting_since)
-        consolidate = job.must_consolidate and not spread
-        waiting = WaitingJob(job.id, job.gpus, consolidate, job.cpus_per_gpu, gain)
+        waiting = WaitingJob(job.id, job.gpus, job.must_consolidate, job.cpus_per_gpu, gain)
         victims = choose_victims(
             waiting,
             below,

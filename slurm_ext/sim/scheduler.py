@@ -95,10 +95,7 @@ class Scheduler:
         can_preempt = cl.preemptive and policy_acts
         greedy = cl.scheduler == "greedy"
         idx = self.idx
-        budget = keys.budget
         while True:
-            if budget is not None and budget.dirty:  # the budget's lifts, before each choice
-                keys.apply_budget(now)
             tops = []
             for b, heap in keys.pending.items():
                 if b not in blocked:

@@ -72,13 +72,6 @@ class SimConfig:
         the service's `max_requeues_per_pass` does (2 by default there); when the rule
         picks more, the waiting job does not start and the room it left may go to others
         before the next pass. 0: no cap.
-    spread_victims: the preemption rule picks a waiting job's victims as if it could
-        take GPUs on any nodes, while Slurm still starts it only on its minimum nodes
-        (False, the default: the rule reads the job's own consolidation). The live
-        service does so for every job its placement mode does not consolidate (its
-        default "profile" for a job without a network-sensitive model hint, as a
-        replay's jobs): it requeues the worst-ranked jobs wherever they run, the waiting
-        job may still not fit, and the GPUs freed go to other jobs until its next pass.
     checkpoint_interval_s: a preempted job resumes from its last checkpoint, the last
         multiple of this of its progress (work seconds); the rest is lost work. 0: no loss.
     preemptible_fraction: the share of jobs that may be preempted (opted in to requeue),
@@ -120,7 +113,6 @@ class SimConfig:
     pass_interval_s: float = 0.0
     one_preemption_per_pass: bool = False
     max_requeues_per_pass: int = 0
-    spread_victims: bool = False
     checkpoint_interval_s: float = 0.0
     preemptible_fraction: float | None = None
     seed: int = 0

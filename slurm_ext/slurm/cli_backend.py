@@ -7,6 +7,9 @@ shapes: plain numbers and strings (data_parser v0.0.37/38, Slurm <= 22.05) and t
 Where a release's JSON lacks what the service reads, one more command fills it in:
 - `sinfo --json` has per-node records up to 23.x; later releases group nodes (a `sinfo`
   list), so nodes come from `scontrol --json show nodes` (same field names) instead.
+- partitions come from `scontrol show partition -o` (key=value text) on every release:
+  22.05's scontrol has no --json, and 25.11's `scontrol --json show partitions` lacks the
+  Default flag.
 - `squeue --json` of 25.11 has no `site_factor`; pending jobs' site factors come from
   `sprio` then (running and held jobs read 0: sprio lists neither).
 - `scontrol suspend/resume` of an unknown job says "Unexpected message received"; the
@@ -21,18 +24,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ext.core.model import CompletedJob, Job, JobState, Node
+from slurm_ext.core.model import Cluster, CompletedJob, Job, JobState, Node, Partition
 from slurm_ext.slurm.client import (
     JobNotFound,
     SlurmError,
     SlurmUnavailable,
     map_records,
+    parse_private_data,
     write_each,
 )
 from slurm_ext.slurm.command import failure_message, run_command, slurm_env
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
-from slurm_ext.slurm.sacct import parse_sacct, sacct_argv
+from slurm_ext.slurm.sacct import parse_sacct, sacct_argv, slurm_time_s
 
 log = logging.getLogger("slurm_ext.slurm")
 
@@ -180,6 +184,16 @@ class CliSlurmClient:
                     log.warning("sprio: skipping unreadable line %r", line[:200])
         return factors
 
+    def private_data(self) -> frozenset[str]:
+        """PrivateData from `scontrol show config` (the running slurmctld's values);
+        SlurmError when the output has no PrivateData line."""
+        out = self._run(["scontrol", "show", "config"])
+        for line in out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "PrivateData":
+                return parse_private_data(value)
+        raise SlurmError("scontrol show config", "no PrivateData line in its output")
+
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         """GPU jobs that ended since `since` (unix s), from `sacct`; SlurmError with
         sacct's words where accounting is off. Malformed rows are left out, logged."""
@@ -206,6 +220,17 @@ class CliSlurmClient:
         ):
             out.setdefault(node.name, node)  # sinfo repeats a node once per partition
         return list(out.values())
+
+    def partitions(self) -> list[Partition]:
+        """Every partition, from `scontrol show partition -o` (one line each)."""
+        argv = ["scontrol", "show", "partition", "-o"]
+        lines = [line for line in self._run(argv).splitlines() if line.strip()]
+        return map_records(
+            lines, partition_from_scontrol, " ".join(argv), "partition", lambda line: line[:60]
+        )
+
+    def cluster(self) -> Cluster:
+        return Cluster(nodes=tuple(self.nodes()), partitions=tuple(self.partitions()))
 
     # ---- writes ---------------------------------------------------------------------
     def set_priority(self, job_id: int, priority: int) -> None:
@@ -366,4 +391,28 @@ def node_from_sinfo(rec: dict[str, Any]) -> Node:
         gpu_type=gtype,
         features=tuple(f for f in features.split(",") if f),
         partitions=tuple(rec.get("partitions") or ()),
+        memory_mb=_int(rec.get("real_memory")),
+        weight=_int(rec.get("weight"), 1),
+    )
+
+
+def scontrol_fields(line: str) -> dict[str, str]:
+    """The Key=Value words of one `scontrol show ... -o` line (a value holds no blank)."""
+    fields = {}
+    for word in line.split():
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def partition_from_scontrol(line: str) -> Partition:
+    """Map one `scontrol show partition -o` line (22.05 and 25.11 spell it alike)."""
+    fields = scontrol_fields(line)
+    return Partition(
+        name=fields["PartitionName"],
+        nodes=tuple(expand_hostlist(fields.get("Nodes"))),
+        max_time_s=slurm_time_s(fields.get("MaxTime", "UNLIMITED"), "MaxTime"),
+        default=fields.get("Default", "NO").upper() == "YES",
+        state=fields.get("State", "UP").upper(),
     )

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from slurm_ext.core.model import CompletedJob, Job, Node
+from slurm_ext.core.model import Cluster, CompletedJob, Job, Node
 
 log = logging.getLogger("slurm_ext.slurm")
 T = TypeVar("T")
@@ -43,6 +43,17 @@ class SlurmClient(Protocol):
         ...
 
     def nodes(self) -> list[Node]: ...
+
+    def private_data(self) -> frozenset[str]:
+        """slurm.conf's PrivateData as the running slurmctld has it ("jobs", "users",
+        ...; empty for none): what Slurm hides from users about others."""
+        ...
+
+    def cluster(self) -> Cluster:
+        """The nodes and the partitions (their nodes, MaxTime, default flag, state), with
+        each node's GPU type, memory and weight: what a policy needs to know which nodes a
+        job may use."""
+        ...
 
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         """GPU jobs that ran and ended since `since` (unix s), from Slurm's accounting;
@@ -84,6 +95,12 @@ class SlurmClient(Protocol):
     def resume(self, job_id: int) -> None: ...
 
     def requeue(self, job_id: int) -> None: ...
+
+
+def parse_private_data(value: str) -> frozenset[str]:
+    """`PrivateData` as Slurm prints it ("jobs,usage,users", "none", "") as a set."""
+    items = {v.strip().lower() for v in value.split(",")}
+    return frozenset(items - {"", "none", "(null)"})
 
 
 def map_records(

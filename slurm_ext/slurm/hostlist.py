@@ -36,19 +36,21 @@ def _split_top(expr: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def expand_hostlist(expr: str | None) -> list[str]:
-    """Expand a hostlist; raises ValueError naming the bad part."""
+def expand_hostlist(expr: str | None, limit: int = MAX_NAMES) -> list[str]:
+    """Expand a hostlist; raises ValueError naming the bad part, or saying that it names
+    more than `limit` hosts (checked as it expands: no more are ever made)."""
     if not expr or expr in ("(null)", "None", "N/A"):
         return []
+    limit = min(limit, MAX_NAMES)
     names: list[str] = []
     for part in _split_top(expr):
-        names.extend(_expand_name(part, expr))
-        if len(names) > MAX_NAMES:
-            raise ValueError(f"hostlist {expr[:80]!r} names more than {MAX_NAMES} hosts")
+        names.extend(_expand_name(part, expr, limit))
+        if len(names) > limit:
+            raise ValueError(f"hostlist {expr[:80]!r} names more than {limit} hosts")
     return names
 
 
-def _expand_name(part: str, expr: str) -> list[str]:
+def _expand_name(part: str, expr: str, limit: int = MAX_NAMES) -> list[str]:
     """One name: its first bracket group times the expansion of the rest."""
     m = _GROUP.match(part)
     if not m:
@@ -66,12 +68,12 @@ def _expand_name(part: str, expr: str) -> list[str]:
             raise ValueError(f"reversed range {rng!r} in {expr!r}")
         if int(hi) - int(lo) + 1 > MAX_RANGE:
             raise ValueError(f"range {rng!r} in {expr[:80]!r} names more than {MAX_RANGE} hosts")
+        if len(numbers) + int(hi) - int(lo) + 1 > limit:
+            raise ValueError(f"hostlist {expr[:80]!r} names more than {limit} hosts")
         numbers.extend(f"{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
-        if len(numbers) > MAX_NAMES:
-            raise ValueError(f"hostlist {expr[:80]!r} names more than {MAX_NAMES} hosts")
-    tails = _expand_name(suffix, expr) if suffix else [""]
-    if len(numbers) * len(tails) > MAX_NAMES:
-        raise ValueError(f"hostlist {expr[:80]!r} names more than {MAX_NAMES} hosts")
+    tails = _expand_name(suffix, expr, limit) if suffix else [""]
+    if len(numbers) * len(tails) > limit:
+        raise ValueError(f"hostlist {expr[:80]!r} names more than {limit} hosts")
     return [f"{prefix}{n}{t}" for n in numbers for t in tails]
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from slurm_ext.core.model import CompletedJob, Job, JobState, Node
+from slurm_ext.core.model import Cluster, CompletedJob, Job, JobState, Node, Partition
 from slurm_ext.slurm.cli_backend import CliSlurmClient
 from slurm_ext.slurm.client import (
     JobNotFound,
@@ -48,6 +48,7 @@ from slurm_ext.slurm.pyslurm_mapping import (
     job_from_pyslurm,
     layout_gpus,
     node_from_pyslurm,
+    partition_from_pyslurm,
     request_text,
     translate_error,
     tres_text,
@@ -58,6 +59,7 @@ __all__ = [
     "job_from_pyslurm",
     "layout_gpus",
     "node_from_pyslurm",
+    "partition_from_pyslurm",
     "request_text",
     "translate_error",
     "tres_text",
@@ -183,6 +185,11 @@ class PySlurmClient:
                     found[int(parts[0])] = (gpus, gtype)
         return found
 
+    def private_data(self) -> frozenset[str]:
+        """PrivateData from `scontrol show config`, as the CLI backend reads it (the
+        service reads it once, at its start: no need for an RPC binding)."""
+        return self._cli.private_data()
+
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         """GPU jobs that ended since `since`, from slurmdbd through pyslurm.db (no sacct)."""
         db = self._pyslurm.db
@@ -213,6 +220,19 @@ class PySlurmClient:
                 for node, n in layout_gpus(job).items():
                     used[node] = used.get(node, 0) + n
         return [replace(n, gpus_alloc=n.gpus_alloc or used.get(n.name, 0)) for n in nodes]
+
+    def partitions(self) -> list[Partition]:
+        loaded = self._call("pyslurm.Partitions.load()", self._pyslurm.Partitions.load)
+        return map_records(
+            loaded.values(),
+            partition_from_pyslurm,
+            "pyslurm.Partitions.load()",
+            "partition",
+            lambda o: getattr(o, "name", None),
+        )
+
+    def cluster(self) -> Cluster:
+        return Cluster(nodes=tuple(self.nodes()), partitions=tuple(self.partitions()))
 
     # ---- writes ---------------------------------------------------------------------
     def set_priority(self, job_id: int, priority: int) -> None:

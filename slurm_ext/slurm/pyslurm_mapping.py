@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_ext.core.model import CompletedJob, Job, JobState, Node
+from slurm_ext.core.model import CompletedJob, Job, JobState, Node, Partition
 from slurm_ext.slurm.client import JobNotFound, SlurmError, SlurmUnavailable
 from slurm_ext.slurm.gres import job_gpus, parse_gpus
 from slurm_ext.slurm.hostlist import expand_hostlist
@@ -227,6 +227,21 @@ def node_from_pyslurm(obj: Any) -> Node:
         gpu_type=gtype,
         features=tuple(f for f in _text(features).split(",") if f),
         partitions=tuple(getattr(obj, "partitions", None) or ()),
+        memory_mb=_int(getattr(obj, "real_memory", None)),
+        weight=_int(getattr(obj, "weight", None), 1),
+    )
+
+
+def partition_from_pyslurm(obj: Any) -> Partition:
+    """Map one pyslurm.Partition (25.11 attribute names): `max_time` is minutes, or
+    "UNLIMITED" (None when unset), `nodes` a hostlist string."""
+    minutes = _int(getattr(obj, "max_time", None))
+    return Partition(
+        name=_text(obj.name),
+        nodes=tuple(expand_hostlist(_text(getattr(obj, "nodes", None)))),
+        max_time_s=minutes * 60.0 if minutes else None,
+        default=bool(getattr(obj, "is_default", False)),
+        state=_text(getattr(obj, "state", None) or "UP").upper(),
     )
 
 

@@ -135,16 +135,17 @@ def sacct_time(value: str, column: str = "time") -> float:
         raise ValueError(f"{column}: not a time: {value[:40]!r}") from None
 
 
-def slurm_time_s(value: str) -> float | None:
+def slurm_time_s(value: str, what: str = "Timelimit") -> float | None:
     """A Slurm time limit in seconds; None for UNLIMITED / Partition_Limit / empty.
 
-    Slurm's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    Slurm's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. `what` names the
+    field in the error."""
     v = value.strip()
     if v in ("", "UNLIMITED", "INFINITE", "Partition_Limit", "NONE", "None"):
         return None
     m = _SLURM_TIME.fullmatch(v) if len(v) <= 32 else None
     if m is None:
-        raise ValueError(f"Timelimit: expected [D-]HH:MM:SS, MM:SS or MM, got {value[:40]!r}")
+        raise ValueError(f"{what}: expected [D-]HH:MM:SS, MM:SS or MM, got {value[:40]!r}")
     d, a, b, c = m.groups()
     if d is not None:  # D-HH[:MM[:SS]]
         secs = int(d) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
@@ -153,5 +154,5 @@ def slurm_time_s(value: str) -> float | None:
     else:  # MM[:SS]
         secs = int(a) * 60 + int(b or 0)
     if secs <= 0:
-        raise ValueError(f"Timelimit must be > 0, got {value!r}")
+        raise ValueError(f"{what} must be > 0, got {value!r}")
     return float(secs)

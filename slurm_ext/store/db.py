@@ -198,7 +198,7 @@ class Store:
         ]
 
     def add_completions(self, rows: Iterable[tuple], source: str) -> int:
-        """Completion rows (see store_schema.completion_row) from `source` ("sacct"); rows of
+        """Completion rows (see schema.completion_row) from `source` ("sacct"); rows of
         jobs already recorded are ignored."""
         with self.db:
             cur = self.db.executemany(

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PLAIN = r"[A-Za-z0-9._/%+,:@=~-]"  # no space, glob, quote, backslash, $, `, ;, &, |, <, >
-_EXPANSION = rf"\${_NAME}|\$\{{{_NAME}(?::-(?:{_PLAIN}|\${_NAME})*)?\}}"
+# `$NAME` takes every name character that follows (the lookahead): one way to read each
+# value, so a check costs linear time. Without it `$aa$aa...{` could be split into names and
+# plain text in exponentially many ways, each tried before the match fails (ReDoS).
+_VAR = rf"\${_NAME}(?![A-Za-z0-9_])"
+_EXPANSION = rf"{_VAR}|\$\{{{_NAME}(?::-(?:{_PLAIN}|{_VAR})*)?\}}"
+_PATH_TOKEN = re.compile(rf"{_PLAIN}+|{_EXPANSION}")
+PATH_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,19 @@ def _int_in(low: int, high: int) -> Callable[[str], bool]:
 def _fraction(v: str) -> bool:
     number = re.fullmatch(r"[0-9]{1,3}(?:\.[0-9]{1,6})?|\.[0-9]{1,6}", v) is not None
     return number and 0 < float(v) <= 1
+
+
+def _path(v: str) -> bool:
+    """Plain characters and expansions, read token by token (each token has one reading)."""
+    if not 0 < len(v) <= PATH_MAX:
+        return False
+    at = 0
+    while at < len(v):
+        m = _PATH_TOKEN.match(v, at)
+        if m is None:
+            return False
+        at = m.end()
+    return True
 
 
 def _words(v: str) -> bool:
@@ -87,7 +106,7 @@ TYPES: dict[str, VarType] = {
             "path",
             "a path; $VAR, ${VAR} and ${VAR:-default} expand, nothing else "
             "(no spaces, quotes, backslashes, globs or $(...))",
-            lambda v: re.fullmatch(rf"(?:{_PLAIN}|{_EXPANSION}){{1,4096}}", v) is not None,
+            _path,
         ),  # fmt: skip
         VarType(
             "word", "one word (written shell-quoted)", lambda v: 0 < len(v) <= 4096, shlex.quote

@@ -7,6 +7,9 @@ a free loopback port); the system's mysqld/slurmdbd, their configs (`--no-defaul
 their state paths are never used. slurmdbd logs in over loopback TCP as a user with a
 random password that only this cluster's files hold (mode 0600).
 
+A `GpuQos` adds a QOS that caps the GPUs each user holds at once, the default QOS of the
+given users, enforced (AccountingStorageEnforce=limits,qos): jobs past the cap pend.
+
 Needs Debian's mariadb-server and slurmdbd (scripts/install-deps.sh).
 """
 
@@ -17,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 SLURMDBD_CONF = """\
@@ -50,6 +54,9 @@ PriorityWeightAge=1000
 PriorityWeightFairshare=1000
 """
 
+# Appended with a GpuQos: jobs must fit their association's and QOS's limits
+ENFORCE_CONF = "AccountingStorageEnforce=limits,qos\n"
+
 INIT_SQL = """\
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
@@ -58,6 +65,18 @@ GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 
 class AccountingError(RuntimeError):
     """MariaDB or slurmdbd did not come up; the message names the log to read."""
+
+
+@dataclass(frozen=True)
+class GpuQos:
+    """A QOS of at most `gpus_per_user` GPUs per user at once (MaxTRESPerUser=gres/gpu=N),
+    made the default QOS of `users` (associations under account `account`; `sacctmgr add
+    cluster` makes root's)."""
+
+    name: str = "gpu16"
+    gpus_per_user: int = 4
+    users: tuple[str, ...] = ("root",)
+    account: str = "root"
 
 
 def find_binary(name: str) -> str:
@@ -88,10 +107,12 @@ def wait_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: 
     )
 
 
-def write_files(root: Path, sockets: Path, db_port: int, dbd_port: int) -> str:
+def write_files(
+    root: Path, sockets: Path, db_port: int, dbd_port: int, enforce: bool = False
+) -> str:
     """Write slurmdbd.conf and the DB's init SQL (0600, a fresh password); return the
-    slurm.conf lines that point slurmctld at this slurmdbd. sockets: where munge's socket
-    is (`LocalCluster.sockets_dir()`)."""
+    slurm.conf lines that point slurmctld at this slurmdbd (and, with `enforce`, make it
+    enforce limits and QOS). sockets: where munge's socket is (`LocalCluster.sockets_dir()`)."""
     password = os.urandom(12).hex()
     for path, text in (
         (root / "etc" / "slurmdbd.conf", SLURMDBD_CONF),
@@ -104,7 +125,8 @@ def write_files(root: Path, sockets: Path, db_port: int, dbd_port: int) -> str:
             )
         )
         path.chmod(0o600)
-    return ACCOUNTING_CONF.format(dbd_port=dbd_port, root=root, sockets=sockets)
+    lines = ACCOUNTING_CONF.format(dbd_port=dbd_port, root=root, sockets=sockets)
+    return lines + ENFORCE_CONF if enforce else lines
 
 
 def mariadb_argv(root: Path, port: int, sockets: Path) -> list[str]:
@@ -170,3 +192,50 @@ def register(env: dict[str, str], cluster_name: str, sacctmgr: str, timeout: flo
             return
         time.sleep(0.5)
     raise AccountingError(f"sacctmgr add cluster {cluster_name} failed: {last}")
+
+
+def sacctmgr_run(env: dict[str, str], sacctmgr: str, *args: str) -> str:
+    """One `sacctmgr -i` command; AccountingError with its words when it fails."""
+    res = subprocess.run(
+        [sacctmgr, "-i", *args], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    out = (res.stdout + res.stderr).strip()
+    if res.returncode != 0:
+        raise AccountingError(f"sacctmgr {' '.join(args)} failed: {out}")
+    return out
+
+
+def add_gpu_qos(
+    env: dict[str, str], cluster_name: str, sacctmgr: str, qos: GpuQos, timeout: float = 30.0
+) -> None:
+    """Create `qos` and make it the default QOS of its users: once slurmctld has
+    registered gres/gpu with slurmdbd (before, sacctmgr knows no such TRES)."""
+    limit = f"MaxTRESPerUser=gres/gpu={qos.gpus_per_user}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sacctmgr_run(env, sacctmgr, "add", "qos", qos.name, limit)
+            break
+        except AccountingError as exc:
+            if "no TRES known" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    for user in qos.users:
+        listed = sacctmgr_run(
+            env, sacctmgr, "-n", "-P", "show", "assoc", "format=user",
+            "where", f"user={user}", f"cluster={cluster_name}",
+        )  # fmt: skip
+        if user not in listed.split():
+            sacctmgr_run(
+                env,
+                sacctmgr,
+                "add",
+                "user",
+                user,
+                f"account={qos.account}",
+                f"cluster={cluster_name}",
+            )
+        sacctmgr_run(
+            env, sacctmgr, "modify", "user", "where", f"name={user}", f"cluster={cluster_name}",
+            "set", f"qos=normal,{qos.name}", f"defaultqos={qos.name}",
+        )  # fmt: skip

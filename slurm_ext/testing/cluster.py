@@ -8,11 +8,16 @@ machine is touched, so several clusters can run side by side.
 Needs Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh), or a
 Slurm installed under a prefix (`prefix=`, e.g. 25.11 from scripts/install-slurm2511.sh):
 every program is looked up by `LocalCluster.binary`, the prefix first.
+
+Homogeneous by default (`nodes` x `gpus_per_node`, one partition); with `node_groups`
+heterogeneous: typed GPUs, a partition per group (cluster_conf.NodeGroup), and with
+`accounting` and `gpu_qos` a QOS capping each user's GPUs (accounting.GpuQos).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -20,11 +25,13 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_ext.slurm.factory import parse_version
-from slurm_ext.testing.cluster_conf import gres_conf_text, slurm_conf_text
+from slurm_ext.testing import accounting
+from slurm_ext.testing.cluster_conf import NodeGroup, gres_conf_text, slurm_conf_text
 
 # Where scripts/install-slurm2511.sh records the Slurm 25.11 prefix it built (repo-relative).
 SLURM2511_PREFIX_FILE = Path(__file__).resolve().parents[2] / ".venv" / "slurm2511-prefix"
@@ -56,10 +63,41 @@ class ClusterError(RuntimeError):
     """The local cluster could not be started or driven; the message names the log to read."""
 
 
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
+# Where the kernel takes source ports for outgoing connections from (Linux's default);
+# read from /proc where there is one
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(n):
+        low, high = EPHEMERAL_PORTS.read_text().split()[:2]
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct loopback ports free now, below the ephemeral range: a daemon binds its
+    port seconds later (after MariaDB and slurmdbd start), and a port of that range can be
+    taken meanwhile as the source port of any connection on the machine, so the daemon
+    failed with "Address already in use" while other tests made many connections."""
+    low = ephemeral_range()[0]
+    candidates = list(range(LOWEST_PORT, low)) if low > LOWEST_PORT + 4 * n else []
+    random.shuffle(candidates)
+    ports: list[int] = []
+    for port in candidates:
+        if len(ports) == n:
+            return ports
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    socks = []  # no such range here: the kernel's pick
+    try:
+        while len(ports) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", 0))
             socks.append(s)
@@ -89,6 +127,10 @@ class LocalCluster:
     # whole-GPU one included) and partition `share_partition` (cluster_conf.SHARD_GRES_CONF)
     shards_per_gpu: int = 0
     share_partition: str = "opp"
+    # non-empty: a heterogeneous cluster, these groups' nodes and partitions in place of
+    # `nodes`, `gpus_per_node`, `cpus_per_node`, `memory_mb` and `partition`
+    node_groups: Sequence[NodeGroup] = ()
+    gpu_qos: accounting.GpuQos | None = None  # with accounting: every job in this GPU-capping QOS
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     _owns_root: bool = field(default=False, repr=False)
     _version: tuple[int, int] | None = field(default=None, repr=False)
@@ -97,7 +139,16 @@ class LocalCluster:
     # ---- layout -------------------------------------------------------------------
     @property
     def node_names(self) -> list[str]:
+        if self.node_groups:
+            return [name for g in self.node_groups for name in g.node_names]
         return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def partition_names(self) -> list[str]:
+        """The partitions jobs run in (the shard partition aside): one, or one per group."""
+        if self.node_groups:
+            return [g.name for g in self.node_groups]
+        return [self.partition]
 
     @property
     def conf_path(self) -> Path:
@@ -161,6 +212,8 @@ class LocalCluster:
     def start(self, timeout: float = 60.0) -> LocalCluster:
         for tool in ("munged", "slurmctld", "slurmd", "sinfo"):
             self.binary(tool)  # ClusterError naming what is missing
+        if self.gpu_qos is not None and not self.accounting:
+            raise ClusterError("gpu_qos needs accounting=True (QOS live in slurmdbd)")
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="slurm-ext-cluster-"))
             self._owns_root = True
@@ -177,6 +230,10 @@ class LocalCluster:
                     [self.binary("slurmd"), "-D", "-f", str(self.conf_path), "-N", name],
                 )
             self.wait_idle(timeout)
+            if self.gpu_qos is not None:  # needs gres/gpu, which slurmctld registers
+                accounting.add_gpu_qos(
+                    self.env, self.cluster_name, self.binary("sacctmgr"), self.gpu_qos, timeout
+                )
         except BaseException:
             self.stop()
             raise
@@ -191,10 +248,10 @@ class LocalCluster:
         (sockets / "munge").mkdir(parents=True, exist_ok=True)
         for name in self.node_names:
             (sockets / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
-        g = self.gpus_per_node
+        g = max(grp.gpus for grp in self.node_groups) if self.node_groups else self.gpus_per_node
         for i in range(2 * g if self.shards_per_gpu > 0 else g):
             self._fake_gpu(root / "dev" / f"gpu{i}")
-        ports = free_ports(self.nodes + 1)
+        ports = free_ports(len(self.node_names) + 1)
         self.ctld_port, node_ports = ports[0], ports[1:]
         job_submit = ""
         if self.job_submit_lua is not None:
@@ -258,18 +315,16 @@ class LocalCluster:
 
     # ---- accounting (slurmdbd + a private MariaDB) ---------------------------------
     def _write_accounting_files(self) -> None:
-        from slurm_ext.testing import accounting
-
         assert self.root is not None
         self.db_port, self.dbd_port = free_ports(2)
-        lines = accounting.write_files(self.root, self.sockets_dir(), self.db_port, self.dbd_port)
+        lines = accounting.write_files(
+            self.root, self.sockets_dir(), self.db_port, self.dbd_port, self.gpu_qos is not None
+        )
         with self.conf_path.open("a") as fh:
             fh.write(lines)
 
     def _start_accounting(self, timeout: float) -> None:
         """MariaDB, then slurmdbd, then the cluster registered: before slurmctld starts."""
-        from slurm_ext.testing import accounting
-
         root = self.root
         assert root is not None
         accounting.install_db(root)
@@ -313,13 +368,14 @@ class LocalCluster:
         """Stop every daemon this object started, by PID; cancel nothing else."""
         if self.root is not None and "slurmctld" in self._procs:
             # cancel jobs first so their batch scripts (children of slurmstepd) end too
-            subprocess.run(
-                ["scancel", "--quiet", "--full", f"--partition={self.partition}"],
-                env=self.env,
-                capture_output=True,
-                timeout=15,
-                check=False,
-            )
+            for partition in self.partition_names:
+                subprocess.run(
+                    ["scancel", "--quiet", "--full", f"--partition={partition}"],
+                    env=self.env,
+                    capture_output=True,
+                    timeout=15,
+                    check=False,
+                )
             self._wait_no_jobs(10)
         for name in [n for n in self._procs if n.startswith("slurmd-")]:
             self._terminate(name)

@@ -46,18 +46,18 @@ JOB_ATTRS = (
 ).split()
 NODE_ATTRS = (
     "name state total_cpus allocated_cpus configured_gres allocated_gres active_features "
-    "available_features partitions"
+    "available_features partitions real_memory weight"
 ).split()
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A pyslurm attribute as JSON: TrackableResources by their gres, the rest as is."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if hasattr(value, "gres"):
         gres = {
             str(k): {"count": getattr(g, "count", g), "type": getattr(g, "type", None)}
@@ -84,11 +84,11 @@ def record(cluster: LocalCluster, out: Path) -> None:
 
     jobs = []
     for job in pyslurm.Jobs.load().values():
-        rec = {a: _plain(getattr(job, a, None)) for a in JOB_ATTRS}
-        rec["layout"] = _plain(job.get_resource_layout_per_node())
+        rec = {a: plain(getattr(job, a, None)) for a in JOB_ATTRS}
+        rec["layout"] = plain(job.get_resource_layout_per_node())
         jobs.append(rec)
     nodes = [
-        {a: _plain(getattr(n, a, None)) for a in NODE_ATTRS} for n in pyslurm.Nodes.load().values()
+        {a: plain(getattr(n, a, None)) for a in NODE_ATTRS} for n in pyslurm.Nodes.load().values()
     ]
     (out / "pyslurm_25.11_recorded.json").write_text(
         json.dumps({"pyslurm": pyslurm.__version__, "jobs": jobs, "nodes": nodes}, indent=1)

@@ -116,7 +116,11 @@ def render_page(
         f'<td class="n">{n["gpus_free"]}</td></tr>'
         for n in nodes
     )
-    privacy_note = " User names are hidden on this site." if privacy == "anonymous" else ""
+    privacy_note = (
+        " User names, job names and accounts are hidden on this site."
+        if privacy == "anonymous"
+        else ""
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
