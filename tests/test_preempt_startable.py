@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_ext.cli.inspect import explain_lines
 from slurm_ext.core.model import Cluster, Decision, Job, JobState, Node, Partition
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.policy.preemption import (
@@ -21,6 +22,8 @@ from slurm_ext.policy.preemption import (
 )
 from slurm_ext.policy.reasons import could_start, no_preemption_note, reason_words
 from slurm_ext.service.steps import plan_placements, plan_preemption, usable_nodes
+from slurm_ext.userview.page import render_page
+from slurm_ext.userview.rows import Waiting, explain_info, free_gpus, free_gpus_by_pool, node_rows
 
 POLICY = PolicyConfig(policy="fifo", preemption_cost=False, min_run_s=0.0)
 A100 = ("a100-1", "a100-2")
@@ -203,3 +206,36 @@ def test_placement_hints_stay_in_the_jobs_partition_and_type() -> None:
     assert anywhere[1] == ("a100-1",)  # without the description: an a100 node
     hints = plan_placements(jobs, list(c.nodes), "consolidate", c)
     assert hints == {1: ("h100-1",), 2: None, 3: ("a100-1",)}  # 2: h100-1 taken by job 1
+
+
+# ---- what the service and the user view say ----------------------------------------
+
+
+def test_free_and_fragmented_gpus_per_partition_and_type() -> None:
+    c = hetero({"a100-1": 2, "a100-2": 4, "h100-1": 0, "h100-2": 8})
+    waiting = [Waiting("a100", None, 4), Waiting("h100", "h100", 8)]
+    pools = {(p["partition"], p["gpu_type"]): p for p in free_gpus_by_pool(c.nodes, waiting)}
+    # a100: 2 free on a node that cannot take the 4-GPU a100 job; h100: one idle node
+    assert pools["a100", "a100"] == {
+        "partition": "a100", "gpu_type": "a100", "free": 2, "widest_waiting": 4,
+        "stranded": 2, "fragmentation": 1.0,
+    }  # fmt: skip
+    assert pools["h100", "h100"]["free"] == 8 and pools["h100", "h100"]["stranded"] == 0
+    # pooled, the 8-GPU h100 job made the a100 GPUs look stranded and the h100 ones not
+    assert free_gpus(c.nodes, [4, 8]).stranded == 2
+    rows = node_rows(c.nodes)
+    assert [(r["node"], r["partitions"], r["gpu_type"]) for r in rows][::3] == [
+        ("a100-1", "a100", "a100"),
+        ("h100-2", "h100", "h100"),
+    ]
+    page = render_page([], rows, free_gpus(c.nodes, [4, 8]), None, 0.0, 10, "full",
+                       list(pools.values())).decode()  # fmt: skip
+    assert "a100 / a100: 2 free, 2 on nodes that cannot take" in page
+
+
+def test_explain_says_why_it_waits_and_that_nobody_is_requeued_for_it() -> None:
+    info = explain_info(7, None, None, False, 0.0, slurm_state="PENDING",
+                        slurm_reason="Dependency", policy_reason=no_preemption_note("Dependency"))  # fmt: skip
+    text = "\n".join(explain_lines(7, info))
+    assert "Slurm: it waits on a dependency" in text
+    assert "waits on a dependency: no job is requeued for it" in text
