@@ -20,7 +20,12 @@ from slurm_ext.policy.preemption import (
     fits_now,
     why_no_victims,
 )
-from slurm_ext.policy.reasons import could_start, no_preemption_note, reason_words
+from slurm_ext.policy.reasons import (
+    could_start,
+    no_preemption_note,
+    reason_words,
+    steady_reason,
+)
 from slurm_ext.service.steps import plan_placements, plan_preemption, usable_nodes
 from slurm_ext.userview.page import render_page
 from slurm_ext.userview.rows import Waiting, explain_info, free_gpus, free_gpus_by_pool, node_rows
@@ -239,3 +244,12 @@ def test_explain_says_why_it_waits_and_that_nobody_is_requeued_for_it() -> None:
     text = "\n".join(explain_lines(7, info))
     assert "Slurm: it waits on a dependency" in text
     assert "waits on a dependency: no job is requeued for it" in text
+
+
+def test_a_blocked_job_stays_blocked_while_slurm_reads_none_after_a_priority_write() -> None:
+    """22.05, live: `Dependency`, then `None` once the service wrote its priority, then
+    `Dependency` again at Slurm's next scheduling cycle."""
+    assert steady_reason("None", "Dependency") == "Dependency"
+    assert steady_reason("", "QOSMaxGRESPerUser") == "QOSMaxGRESPerUser"
+    assert steady_reason("Resources", "Dependency") == "Resources"  # Slurm says otherwise
+    assert steady_reason("None", None) == "None"  # never seen blocked: startable

@@ -52,6 +52,16 @@ def could_start(reason: str | None) -> bool:
     return (reason or "") in STARTABLE
 
 
+def steady_reason(reason: str, last_blocking: str | None) -> str:
+    """The reason to act on: Slurm sets a pending job's reason to `None` when its priority
+    is updated (22.05, seen live: `Dependency`, then `None` after the service's write,
+    then `Dependency` again at the next scheduling cycle), so a job the last pass saw
+    blocked (`last_blocking`) stays so until Slurm names another reason."""
+    if last_blocking and (reason or "None") == "None":
+        return last_blocking
+    return reason
+
+
 def reason_words(reason: str | None) -> str:
     """Why a job waits, in words ("waits on a dependency"); the words for a startable
     reason say that it waits for GPUs or its turn."""

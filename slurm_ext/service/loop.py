@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from slurm_ext.core.classes import load_classes
 from slurm_ext.core.model import Cluster, Decision, Job, JobClasses, JobView, Node
 from slurm_ext.policy.guards import starts_promoted
-from slurm_ext.policy.reasons import no_preemption_note
+from slurm_ext.policy.reasons import could_start, no_preemption_note, steady_reason
 from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.service.config import ServiceConfig, SlurmSection
 from slurm_ext.service.fold import TERMINAL, fold, persisted_fields
@@ -123,6 +123,7 @@ class Service:
         self._cluster: Cluster | None = None  # the last description read, its node names
         self._cluster_nodes: tuple[str, ...] | None = None
         self._cluster_age = 0  # passes since it was read
+        self._blocked: dict[int, str] = {}  # pending jobs' last reason that blocks them
         self.upkeep = Upkeep(
             config.history_source, config.sacct_days, config.sacct_refresh_s, config.value_max
         )
@@ -152,7 +153,7 @@ class Service:
         res = PassResult(started_at=now)
         with self._collector.during():
             self.upkeep.import_history(self.client, self.store, now)
-            jobs = self.client.jobs(states=ACTIVE + TERMINAL)
+            jobs = self._steady_reasons(self.client.jobs(states=ACTIVE + TERMINAL))
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
             active = [j for j in jobs if j.state.active and self.managed(j)]
@@ -172,6 +173,23 @@ class Service:
             self.upkeep.save_nodes(self.store, nodes)
         self._finish(res, t0)
         return res
+
+    def _steady_reasons(self, jobs: list[Job]) -> list[Job]:
+        """The jobs with the reason to act on (`policy.reasons.steady_reason`: a blocked
+        job whose priority the service just wrote reads `None` until Slurm's next
+        scheduling cycle); remembers the pending jobs' blocking reasons."""
+        blocked: dict[int, str] = {}
+        out = []
+        for job in jobs:
+            if job.pending:
+                reason = steady_reason(job.reason, self._blocked.get(job.job_id))
+                if not could_start(reason):
+                    blocked[job.job_id] = reason
+                if reason != job.reason:
+                    job = replace(job, reason=reason)
+            out.append(job)
+        self._blocked = blocked
+        return out
 
     def _fold(
         self, jobs: Sequence[Job], now: float
