@@ -238,26 +238,29 @@ def _tiresias(path: Path) -> Iterator[tuple[tuple[str, int], TraceJob] | TraceEr
                 submit = float(row["submit_time"])
                 if not math.isfinite(submit) or submit < 0:
                     raise ValueError(f"submit_time must be >= 0, got {row['submit_time']!r}")
-                yield (str(path), line), TraceJob(
-                    job_id=int(row["job_id"]),
-                    gpus=int(_positive(row["num_gpu"], "num_gpu", int)),
-                    submit_time=submit,
-                    duration_s=_positive(row["duration"], "duration"),
-                    model_tag=(row.get("model_name") or None),
-                    user=row.get("user") or "",
-                    cpus_per_gpu=(
-                        int(_positive(row["cpus_per_gpu"], "cpus_per_gpu", int))
-                        if row.get("cpus_per_gpu")
-                        else None
+                yield (
+                    (str(path), line),
+                    TraceJob(
+                        job_id=int(row["job_id"]),
+                        gpus=int(_positive(row["num_gpu"], "num_gpu", int)),
+                        submit_time=submit,
+                        duration_s=_positive(row["duration"], "duration"),
+                        model_tag=(row.get("model_name") or None),
+                        user=row.get("user") or "",
+                        cpus_per_gpu=(
+                            int(_positive(row["cpus_per_gpu"], "cpus_per_gpu", int))
+                            if row.get("cpus_per_gpu")
+                            else None
+                        ),
+                        job_name=row.get("job_name") or "",
+                        time_limit_s=(
+                            _positive(row["time_limit"], "time_limit")
+                            if row.get("time_limit")
+                            else None
+                        ),
+                        checkpoint=_flag(row, "checkpoint"),
+                        opportunistic=_flag(row, "opportunistic"),
                     ),
-                    job_name=row.get("job_name") or "",
-                    time_limit_s=(
-                        _positive(row["time_limit"], "time_limit")
-                        if row.get("time_limit")
-                        else None
-                    ),
-                    checkpoint=_flag(row, "checkpoint"),
-                    opportunistic=_flag(row, "opportunistic"),
                 )
             except (TypeError, ValueError) as exc:
                 yield TraceError(path, line, str(exc))
@@ -385,12 +388,15 @@ def _pai(path: Path) -> Iterator[tuple[tuple[str, int], TraceJob] | TraceError |
             duration = t[2] - t[1]
             if not duration > 0:
                 raise ValueError(f"task end before start ({duration} s)")
-            yield (str(job_path), line), TraceJob(
-                job_id=line,
-                gpus=max(1, math.ceil(t[0] / 100.0 - 1e-9)),
-                submit_time=float(r["start_time"]),
-                duration_s=duration,
-                user=r.get("user", ""),
+            yield (
+                (str(job_path), line),
+                TraceJob(
+                    job_id=line,
+                    gpus=max(1, math.ceil(t[0] / 100.0 - 1e-9)),
+                    submit_time=float(r["start_time"]),
+                    duration_s=duration,
+                    user=r.get("user", ""),
+                ),
             )
         except (ValueError, KeyError) as exc:
             yield TraceError(job_path, line, str(exc))

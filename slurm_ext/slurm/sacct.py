@@ -46,6 +46,7 @@ _NOT_A_TIME = ("Unknown", "None", "")
 # why `read_row` leaves a row out ("" : a blank line, not a row)
 STEP, CPU_ONLY, NEVER_RAN = "steps", "CPU-only", "never ran"
 LEFT_OUT = (STEP, CPU_ONLY, NEVER_RAN)
+_FREE_LAST = "Constraints"  # may hold a `|` when it is the last column (`_fields`)
 _TASK_ID_BASE = 1 << 32  # Slurm job ids are uint32: synthetic array-task ids lie above
 
 
@@ -138,20 +139,32 @@ def _job_ids(cols: Columns, f: list[str]) -> tuple[int, int | None, int | None]:
     return int(text), None, None
 
 
+def _fields(cols: Columns, line: str) -> list[str]:
+    """A line's fields. sacct does not escape `|` inside a field: a `--constraint` such as
+    `a100|h100` in the last column (the export in docs/simulator.md puts Constraints
+    last) keeps its `|`; extra fields anywhere else make the row malformed."""
+    f = line.rstrip("\r\n").split("|")
+    n = len(cols.index)
+    if len(f) > n and cols.index.get(_FREE_LAST) == n - 1:
+        f[n - 1 :] = ["|".join(f[n - 1 :])]
+    if len(f) != n:
+        raise ValueError(f"expected {n} fields, got {len(f)}")
+    return f
+
+
 def read_row(cols: Columns, line: str) -> CompletedJob | str:
     """One data line: its job, or why it is no GPU job that ran (`LEFT_OUT`: a step, a
     CPU-only job, one cancelled before it started or as it started; "": a blank line).
     ValueError says what is wrong with a malformed one."""
     if not line.strip():
         return ""
-    f = line.rstrip("\r\n").split("|")
-    if len(f) != len(cols.index):
-        raise ValueError(f"expected {len(cols.index)} fields, got {len(f)}")
+    f = _fields(cols, line)
     if "." in cols.get(f, "JobIDRaw") or "." in cols.get(f, "JobID"):
         return STEP  # job steps (123.batch, 123.extern, 123.0) repeat their job
-    gpus, gpu_type = gpu_tres(f[cols.index[cols.tres]])
+    tres = f[cols.index[cols.tres]]
+    gpus, gpu_type = gpu_tres(tres)
     if gpus == 0:
-        return CPU_ONLY
+        return CPU_ONLY if tres.strip() else NEVER_RAN  # no AllocTRES: never allocated
     if f[cols.index["Start"]] in _NOT_A_TIME:
         return NEVER_RAN
     start = sacct_time(f[cols.index["Start"]], "Start")
