@@ -35,11 +35,14 @@ from slurm_ext.cli.options import (
 from slurm_ext.cli.output import Column, duration, echo_json, echo_safe, table
 from slurm_ext.core.model import JobState
 from slurm_ext.policy import fragmentation
+from slurm_ext.policy.reasons import reason_words
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.slurm import SlurmError
 from slurm_ext.userview.privacy import anonymous, view_mode
 from slurm_ext.userview.rows import (
+    Waiting,
     explain_info,
+    free_gpus_by_pool,
     node_rows,
     queue_row,
     slurm_reason,
@@ -191,6 +194,8 @@ def explain_lines(job_id: int, info: dict) -> list[str]:
         lines.append("  pinned by an admin: the service never changes it")
     if info["held"]:
         lines.append("  held: the service does not touch held jobs")
+    if info["slurm_state"] == "PENDING" and info["slurm_reason"]:
+        lines.append(f"  Slurm: it {reason_words(info['slurm_reason'])}")
     rank = "-" if info["rank"] is None else info["rank"]
     queue_ = "-" if info["queue"] is None else info["queue"]
     lines.append(f"  rank {rank} in queue {queue_}: {info['policy_reason']}")
@@ -258,6 +263,8 @@ def _caller() -> str:
 
 NODE_COLUMNS = (
     Column("NODE", "node"),
+    Column("PARTITIONS", "partitions", width=12),
+    Column("TYPE", "gpu_type"),
     Column("STATE", "state", width=14),
     Column("GPUS", "gpus", right=True),
     Column("USED", "gpus_used", right=True),
@@ -271,20 +278,34 @@ NODE_COLUMNS = (
 @config_option
 @json_option
 def nodes(config_path: str | None, as_json: bool) -> None:
-    """GPUs free and used per node, and how fragmented the free GPUs are."""
+    """GPUs free and used per node, and free and fragmented GPUs per partition and GPU
+    type (a job runs in one: free GPUs elsewhere do not help it)."""
     cfg = load_service_config(config_path)
+    client = service_client(cfg)
     try:
-        ns = service_client(cfg).nodes()
+        ns = client.nodes()
+        waiting = [
+            Waiting(j.partition, j.gpu_type, j.gpus)
+            for j in client.jobs(states=("PENDING",))
+            if j.gpus > 0
+        ]
     except SlurmError as exc:
         echo_safe(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     frag = fragmentation(ns)
     rows = node_rows(ns, with_cpus=True)
+    pools = free_gpus_by_pool(ns, waiting)
     if as_json:
-        echo_json({"nodes": rows, "fragmentation": frag})
+        echo_json({"nodes": rows, "fragmentation": frag, "pools": pools})
         return
     click.echo(table(rows, NODE_COLUMNS))
     total_free = sum(r["gpus_free"] for r in rows)
     click.echo(
         f"free GPUs {total_free}; fragmentation {frag:.2f} (share of free GPUs on partly used nodes)"
     )
+    for p in pools:
+        echo_safe(
+            f"  {p['partition'] or '-'} / {p['gpu_type'] or 'untyped'}: {p['free']} free, "
+            f"{p['stranded']} on nodes that cannot take the widest job waiting there "
+            f"({p['widest_waiting']} GPUs)"
+        )

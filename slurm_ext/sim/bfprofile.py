@@ -17,7 +17,7 @@ from slurm_ext.policy.placement import min_nodes
 from slurm_ext.sim.bfany import AnyNodes
 
 if TYPE_CHECKING:
-    from slurm_ext.sim.backfill import Candidate
+    from slurm_ext.sim.bfinputs import Candidate
 
 INF = math.inf
 

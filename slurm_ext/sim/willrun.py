@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from slurm_ext.policy.placement import min_nodes
 
 if TYPE_CHECKING:
-    from slurm_ext.sim.backfill import Candidate
+    from slurm_ext.sim.bfinputs import Candidate
     from slurm_ext.sim.bfprofile import Profile
 
 INF = math.inf

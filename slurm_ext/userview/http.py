@@ -38,7 +38,15 @@ from slurm_ext.store.db import Store, StoreError
 from slurm_ext.store.rows import DecisionRecord, JobRecord
 from slurm_ext.userview.page import render_page
 from slurm_ext.userview.privacy import anonymous
-from slurm_ext.userview.rows import explain_info, free_gpus, node_rows, queue_row, sort_rows
+from slurm_ext.userview.rows import (
+    Waiting,
+    explain_info,
+    free_gpus,
+    free_gpus_by_pool,
+    node_rows,
+    queue_row,
+    sort_rows,
+)
 
 log = logging.getLogger("slurm_ext.service.loop")
 
@@ -236,6 +244,13 @@ class UserView:
             rows = [anonymous(r) for r in rows]
         free = free_gpus(nodes, (r["gpus"] for r in rows if r["state"] == "PENDING"))
         nodes_out = node_rows(nodes)
+        # each waiting job in its partitions (the store keeps no GPU type: any type)
+        waits = [
+            Waiting(rec.partition if (rec := records.get(r["job_id"])) else "", None, r["gpus"])
+            for r in rows
+            if r["state"] == "PENDING"
+        ]
+        pools = free_gpus_by_pool(nodes, waits)
         doc = {
             "as_of": now,
             "privacy": self.privacy,
@@ -246,9 +261,12 @@ class UserView:
                 "stranded": free.stranded,
                 "fragmentation": round(free.fragmentation, 3),
             },
+            "free_gpus_by_pool": pools,
             "nodes": nodes_out,
             "jobs": rows,
         }
-        page = render_page(rows, nodes_out, free, last, now, self.max_page_rows, self.privacy)
+        page = render_page(
+            rows, nodes_out, free, last, now, self.max_page_rows, self.privacy, pools
+        )
         queue = json.dumps(doc).encode()
         return Built(now, queue, page, records, decisions, frozenset(pins), pass_id)

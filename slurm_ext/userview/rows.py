@@ -136,8 +136,53 @@ def free_gpus(nodes: Sequence[Node], waiting_gpus: Iterable[int]) -> FreeGpus:
     return FreeGpus(sum(n.gpus_free for n in usable), widest, stranded)
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A waiting job as the free-GPU figures see it: where it may run and how wide it is."""
+
+    partition: str  # its partitions, comma-separated ("": any)
+    gpu_type: str | None  # None: any type
+    gpus: int
+
+
+def free_gpus_by_pool(nodes: Sequence[Node], waiting: Iterable[Waiting]) -> list[dict]:
+    """`free_gpus` per partition and GPU type: a job runs in one pool, so free GPUs of
+    another partition or type neither fit it nor count as fragmented for it. Each pool's
+    widest waiting job is the widest that may run there (its partitions name the pool's,
+    its type, if any, is the pool's). Nodes with no partition known form pool "". One
+    dict per pool (partition, gpu_type, free, widest_waiting, stranded, fragmentation),
+    by partition then type."""
+    pools: dict[tuple[str, str], list[Node]] = {}
+    for n in nodes:
+        if n.gpus > 0:
+            for part in n.partitions or ("",):
+                pools.setdefault((part, n.gpu_type or ""), []).append(n)
+    jobs = list(waiting)
+    out = []
+    for (part, gtype), members in sorted(pools.items()):
+        widths = [
+            w.gpus
+            for w in jobs
+            if (not part or not w.partition or part in w.partition.split(","))
+            and (w.gpu_type is None or w.gpu_type == gtype)
+        ]
+        f = free_gpus(members, widths)
+        out.append(
+            {
+                "partition": part,
+                "gpu_type": gtype or None,
+                "free": f.free,
+                "widest_waiting": f.widest_waiting,
+                "stranded": f.stranded,
+                "fragmentation": round(f.fragmentation, 3),
+            }
+        )
+    return out
+
+
 def node_rows(nodes: Sequence[Node], with_cpus: bool = False) -> list[dict]:
-    """GPUs (and, for `slurm-ext nodes`, CPUs) used and free per node, by name."""
+    """GPUs (and, for `slurm-ext nodes`, CPUs) used and free per node, by name, with its
+    GPU type and partitions."""
     rows = []
     for n in sorted(nodes, key=lambda n: n.name):
         row = {
@@ -147,6 +192,7 @@ def node_rows(nodes: Sequence[Node], with_cpus: bool = False) -> list[dict]:
             "gpus_used": n.gpus_alloc,
             "gpus_free": n.gpus_free,
             "gpu_type": n.gpu_type,
+            "partitions": ",".join(n.partitions),
         }
         if with_cpus:
             row.update(cpus=n.cpus, cpus_used=n.cpus_alloc)
