@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from slurm_ext.cli import main
 from slurm_ext.core.model import CompletedJob
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.sim.engine import SimConfig, Simulator
+from slurm_ext.sim.engine import STUCK_PASSES, SimConfig, SimulationStuck, Simulator
+from slurm_ext.sim.state import WAKE
 from slurm_ext.sim.traces import TraceError, TraceJob, read_trace
 from slurm_ext.slurm.sacct import (
     NEVER_RAN,
@@ -139,6 +140,39 @@ def test_the_simulator_refuses_two_jobs_with_one_id():
         Simulator(jobs, PolicyConfig(), SimConfig(nodes=1, gpus_per_node=2))
 
 
+class _Spinning(Simulator):
+    """A run that never moves on: after each pass it files a wake-up for every waiting
+    job at the same time, so the loop turns at that time for ever, starting nothing."""
+
+    def _pass(self, now: float, policy_acts: bool = True) -> None:
+        super()._pass(now, policy_acts)
+        for job in self.jobs:
+            if job.first_start is None and job.submit <= now:
+                self.state.push_event(now, WAKE, job, job.key_ver)
+
+
+def test_a_run_without_progress_stops_naming_the_job_and_the_time():
+    jobs = [TraceJob(1, 2, 0.0, 600.0), TraceJob(2, 2, 10.0, 60.0)]  # 2 waits for 1
+    sim = _Spinning(jobs, PolicyConfig(), SimConfig(nodes=1, gpus_per_node=2))
+    with pytest.raises(SimulationStuck) as err:
+        sim.run()
+    assert str(err.value) == (
+        f"no progress at t=10 s: {STUCK_PASSES} passes in a row started and ended no job "
+        "(job 2 waits first)"
+    )
+    # the same jobs without the spin run to their end
+    done = Simulator(jobs, PolicyConfig(), SimConfig(nodes=1, gpus_per_node=2)).run()
+    assert [j.finish for j in done] == [600.0, 660.0]
+
+
+def test_a_finished_job_started_again_stops_the_run():
+    """What the shared ids did: the backfill pass started a job by id, a finished one."""
+    sim = Simulator([TraceJob(1, 1, 0.0, 60.0)], PolicyConfig(), SimConfig(nodes=1))
+    (job,) = sim.run()
+    with pytest.raises(SimulationStuck, match="job 1 started at t=70 s after it finished"):
+        sim._start(job, [("n0", 1)], 70.0)
+
+
 def test_the_sacct_columns_each_read():
     cols = parse_header("JobID|Submit|Start|End|ReqTRES|ReqGRES|Partition|Reservation|QOS")
     t = "2026-11-02T09:00:00|2026-11-02T09:00:01|2026-11-02T09:10:01"
@@ -196,3 +230,14 @@ def test_the_cli_prints_the_summary_and_the_duplicate_error(tmp_path):
     res = CliRunner().invoke(main, ["simulate", "--trace", str(dup)])
     assert res.exit_code == 1
     assert f"{dup}:3: job id 7 read twice: first at {dup}:2" in res.stderr
+
+
+def test_the_cli_exits_1_with_the_stuck_message(monkeypatch):
+    monkeypatch.setattr("slurm_ext.sim.run.Simulator", _Spinning)
+    res = CliRunner().invoke(
+        main,
+        ["simulate", "--trace", str(JOBIDRAW), "--format", "sacct", "--nodes", "1",
+         "--gpus-per-node", "4", "--policy", "fifo"],
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "Error: no progress at t=" in res.stderr and "passes in a row" in res.stderr
