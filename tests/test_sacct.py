@@ -110,7 +110,9 @@ def test_a_header_without_the_needed_columns_is_refused():
     cols = parse_header("JobID|Submit|Start|End|ReqTRES")  # older exports
     row = "5_3|2026-11-01T10:00:00|2026-11-01T10:00:00|2026-11-01T10:00:30|gres/gpu:a100=2"
     job = parse_row(cols, row)
-    assert job is not None and (job.job_id, job.gpus, job.run_s) == (5, 2, 30.0)
+    # JobID alone names an array task by its array job: the task gets its own id
+    assert job is not None and (job.job_id, job.gpus, job.run_s) == (4 * 2**32 + 5, 2, 30.0)
+    assert (job.array_job_id, job.array_task_id, job.gpu_type) == (5, 3, "a100")
     assert parse_sacct("") == ([], [])
 
 

@@ -20,7 +20,7 @@ def run(cmd, args):
 def test_simulate_json_has_the_documented_keys():
     r = run(simulate, ["--trace", TRACE, "--nodes", "1", "--gpus-per-node", "8", "--json"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     for key in (
         "jobs", "avg_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s",
         "avg_queue_s", "makespan_s", "gpu_utilization", "preemptions",
@@ -49,7 +49,7 @@ def test_compare_table_and_plot(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.output
-    lines = r.output.splitlines()
+    lines = r.stdout.splitlines()
     names = [ln.split()[0] for ln in lines[1:]]
     assert "vs Slurm" in lines[0] and names == ["slurm-alone", "fifo", "las", "srtf"]
     assert lines[1].split()[2] == "1.000"  # Slurm alone against itself
@@ -101,13 +101,13 @@ def test_simulate_with_cpus(tmp_path):
     base = ["--trace", str(csv), "--nodes", "1", "--gpus-per-node", "4", "--policy", "fifo"]
     r = run(simulate, [*base, "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["makespan_s"] == 1000.0  # GPUs only: cores ignored
+    assert json.loads(r.stdout)["makespan_s"] == 1000.0  # GPUs only: cores ignored
     r = run(simulate, [*base, "--cpus-per-node", "40", "--json"])
     assert r.exit_code == 0, r.output
     # job 1 runs at 32/40 speed to t=1250; job 2 waits for cores, ends at 1350
-    assert json.loads(r.output)["makespan_s"] == 1350.0
+    assert json.loads(r.stdout)["makespan_s"] == 1350.0
     r = run(simulate, [*base, "--cpus-per-node", "40", "--cpu-knee", "overfeat=16", "--json"])
-    assert json.loads(r.output)["makespan_s"] == 1100.0  # not starved: 1000, then job 2
+    assert json.loads(r.stdout)["makespan_s"] == 1100.0  # not starved: 1000, then job 2
 
 
 def test_bad_cpu_options_are_clear_errors(tmp_path):
@@ -138,7 +138,7 @@ def test_scheduler_and_backfill_options(tmp_path):
     for sched in ("slurm", "greedy", "strict"):
         r = run(simulate, [*base, "--scheduler", sched, "--json"])
         assert r.exit_code == 0, r.output
-        out[sched] = json.loads(r.output)
+        out[sched] = json.loads(r.stdout)
     for key in ("timeouts", "requeues", "lost_work_gpu_s", "preemptions"):
         assert key in out["slurm"]
     # slurm: 1 0..500, 2 500..600, 3 600..1600; greedy: 3 starts at 2 and delays 2 to 1002
@@ -165,7 +165,7 @@ def test_willrun_window_option_reaches_the_backfill_model(tmp_path):
     for extra in ([], ["--bf-willrun-window", "0"], ["--bf-willrun-window", "600"]):
         r = run(simulate, [*base, "--no-preemptive", *extra, "--json"])
         assert r.exit_code == 0, r.output
-        jct[" ".join(extra)] = json.loads(r.output)["avg_jct_s"]
+        jct[" ".join(extra)] = json.loads(r.stdout)["avg_jct_s"]
     assert jct[""] == jct["--bf-willrun-window 0"] > jct["--bf-willrun-window 600"]
 
 
@@ -204,7 +204,7 @@ def test_compare_reports_slurm_alone_first():
         ],
     )
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output)["compare"]
+    rows = json.loads(r.stdout)["compare"]
     assert [x["policy"] for x in rows] == ["slurm-alone", "fifo", "gittins"]
     assert rows[0]["vs_slurm"] == 1.0 and rows[0]["preemptions"] == 0
     assert all("vs_slurm" in x and "vs_fifo" in x for x in rows)

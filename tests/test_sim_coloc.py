@@ -140,7 +140,7 @@ def test_simulate_share_cli(tmp_path):
     args = ["--trace", str(path), "--nodes", "1", "--gpus-per-node", "4", "--share"]
     r = CliRunner().invoke(simulate, [*args, "--opportunistic-fraction", "0.3", "--json"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["shared"]["opportunistic_jobs"] + out["shared"]["guaranteed_jobs"] == 40
     assert set(out) == {"slurm_alone", "shared", "shared_vs_alone"}
     r = CliRunner().invoke(simulate, args)

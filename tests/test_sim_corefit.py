@@ -161,7 +161,7 @@ def test_simulate_bf_whole_nodes_option(tmp_path):
     for flag in ("--bf-gpu-reservations", "--bf-whole-nodes"):
         r = CliRunner().invoke(simulate, [*base, flag])
         assert r.exit_code == 0, r.output
-        jct[flag] = json.loads(r.output)["avg_jct_s"]
+        jct[flag] = json.loads(r.stdout)["avg_jct_s"]
     assert jct == {"--bf-gpu-reservations": 574.75, "--bf-whole-nodes": 599.25}
     r = CliRunner().invoke(simulate, [*base, "--bf-whole-nodes", "--scheduler", "greedy"])
     assert r.exit_code == 1 and "bf_whole_nodes" in r.output and "'greedy'" in r.output

@@ -113,7 +113,7 @@ def test_simulate_sched_tick_option(tmp_path):
     for tick in ("0", "100"):
         r = CliRunner().invoke(simulate, [*base, "--sched-tick", tick])
         assert r.exit_code == 0, r.output
-        jct[tick] = json.loads(r.output)["avg_jct_s"]
+        jct[tick] = json.loads(r.stdout)["avg_jct_s"]
     # the reader starts the trace at 0: the job starts at its submit, or at the tick of 100
     assert jct == {"0": 50.0, "100": 150.0}
     r = CliRunner().invoke(simulate, [*base, "--sched-tick", "-1"])

@@ -104,11 +104,13 @@ def trace_options(func: F) -> F:
 
 
 def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
-    """The trace's jobs, or a clear error; skipped rows are counted on stderr."""
+    """The trace's jobs, or a clear error; the read's summary line (and an example of a
+    skipped bad row) on stderr."""
     try:
         trace = read_trace(path, fmt, skip_bad=skip_bad)
     except TraceError as exc:
         raise click.ClickException(str(exc)) from exc
+    click.echo(safe(trace.summary), err=True)
     if not trace.jobs:
         raise click.ClickException(f"{path}: no usable jobs")
     if trace.skipped:

@@ -27,7 +27,7 @@ from slurm_ext.policy import colocation as co
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.cpus import DEFAULT_KNEES
-from slurm_ext.sim.engine import SCHEDULERS, SimConfig
+from slurm_ext.sim.engine import SCHEDULERS, SimConfig, SimulationStuck
 from slurm_ext.sim.report import plot_cdf, table
 from slurm_ext.sim.run import compare as run_compare
 from slurm_ext.sim.run import simulate as run_one
@@ -313,7 +313,7 @@ def simulate(
         else:
             row, jobs = run_one(trace.jobs, cfg, cluster, progress)
             rows, runs = [row], {cfg.policy: jobs}
-    except ValueError as exc:
+    except (ValueError, SimulationStuck) as exc:
         raise click.ClickException(str(exc)) from exc
     for r in rows:
         r["skipped_rows"] = trace.skipped
@@ -336,7 +336,7 @@ def _share(jobs, cfg, cluster, share, fraction, as_json) -> None:
         )
     try:
         out = run_pair(jobs, cfg, cluster, share)
-    except ValueError as exc:
+    except (ValueError, SimulationStuck) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         echo_json(out)

@@ -227,6 +227,11 @@ class Cluster:
         return tuple(out.values())
 
 
+def split_partitions(value: str) -> tuple[str, ...]:
+    """Slurm's comma-separated partition list (`a100,h100`) as a tuple, empty names out."""
+    return tuple(p for p in value.split(",") if p)
+
+
 @dataclass(frozen=True)
 class CompletedJob:
     """A job that ran and ended, as Slurm's accounting has it (sacct or pyslurm.db): a
@@ -243,10 +248,23 @@ class CompletedJob:
     account: str = ""
     time_limit_s: float | None = None  # None: unlimited or not known
     comment: str = ""
+    # as Slurm describes the job (read and carried; the simulator does not model them yet)
+    gpu_type: str = ""  # from a typed `gres/gpu:a100=4`; several types joined by ","
+    constraints: str = ""  # --constraint, as sacct prints it (`a100|h100`)
+    qos: str = ""
+    array_job_id: int | None = None  # `JobID` 1234_7: 1234
+    array_task_id: int | None = None  # `JobID` 1234_7: 7
+    reservation: str = ""
+    state: str = ""  # sacct's State (`COMPLETED`, `CANCELLED by 0`, ...)
 
     @property
     def run_s(self) -> float:
         return self.end_time - self.start_time
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """`partition` as a tuple: Slurm writes a job submitted to several as `a100,h100`."""
+        return split_partitions(self.partition)
 
 
 @dataclass(frozen=True)

@@ -74,16 +74,23 @@ class ClusterState:
 def sim_jobs(trace: Sequence[TraceJob], cl: SimConfig) -> tuple[list[SimJob], bool]:
     """The trace's jobs on this cluster, and whether every one may be preempted.
 
-    Raises ValueError, naming the job, for one the cluster cannot hold.
+    Raises ValueError, naming the job, for one the cluster cannot hold, and for an id
+    two jobs share: the simulator finds a job by its id (the backfill pass's starts), so
+    a shared id would start one job in place of another, one that may have finished,
+    again and again without end.
     """
     # network sensitivity per model tag (a trace has few): the test per job was 1.5 %
     # of a 100,000-job run
     sensitive: dict[str | None, bool] = {}
     jobs = [_sim_job(t, cl, sensitive) for t in trace]
     total = cl.nodes * cl.gpus_per_node
+    ids: set[int] = set()
     for j in jobs:
         if j.gpus > total:
             raise ValueError(f"job {j.id} needs {j.gpus} GPUs, the cluster has {total}")
+        if j.id in ids:
+            raise ValueError(f"job id {j.id} is given to two jobs: ids must be unique")
+        ids.add(j.id)
     return jobs, _draw_preemptible(jobs, trace, cl)
 
 

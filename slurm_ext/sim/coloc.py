@@ -216,6 +216,7 @@ class SharingSimulator(Simulator):
         sh.placed[job] = keys
         self.on_shards.add(job)
         self.shard_starts += 1
+        self.starts += 1  # progress, for the engine's stuck guard
         job.running = True
         job.killed = False
         job.key_ver += 1  # its entry in the engine's queue goes stale

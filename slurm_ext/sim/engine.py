@@ -24,6 +24,10 @@ owns the parts that hold the rest of a run, one concept per module, and calls th
   (`Scheduler`).
 A part that needs a job started, requeued or re-keyed asks the engine (`state.Engine`),
 so a subclass that extends those transitions (co-location: `sim.coloc`) sees them all.
+
+A run cannot loop without progress: STUCK_PASSES passes in a row at one time that start
+and end no job, a finished job started again, or jobs left unfinished when the events
+run out raise SimulationStuck, naming the job and the time.
 """
 
 from __future__ import annotations
@@ -52,8 +56,16 @@ from slurm_ext.sim.traces import TraceJob
 
 # the event heap is purged of stale entries when it outgrows max(this, twice its live size)
 EVENTS_MIN = 4096
+# passes in a row at one time that start and end no job before the run is stuck; another
+# pass at one time follows only an event filed for that same time (ticks, wake-ups), a
+# handful per job that starts or ends there
+STUCK_PASSES = 1000
 
-__all__ = ["SCHEDULERS", "SimConfig", "SimJob", "Simulator"]
+__all__ = ["SCHEDULERS", "SimConfig", "SimJob", "SimulationStuck", "Simulator"]
+
+
+class SimulationStuck(RuntimeError):
+    """A run that would never end: the message names the job and the time."""
 
 
 class Simulator:
@@ -92,6 +104,8 @@ class Simulator:
         self.clocked: dict[int, float] = {}
         # the run's results besides the jobs
         self.preemptions = self.timeouts = self.done = 0
+        self.starts = 0  # stints begun: with `done`, the progress the stuck guard sees
+        self.last_pass, self.stalled = (-INF, 0), 0  # the stuck guard (`_pass`)
         self.lost_work_gpu_s = 0.0  # GPU-seconds of progress lost to requeues
 
     def _parts(
@@ -214,8 +228,16 @@ class Simulator:
             if self.progress is not None and passes % 5000 == 0:
                 self.progress(self.done, n, now)
         if self.done != n:
-            raise RuntimeError(f"simulation ended with {n - self.done} jobs unfinished")
+            raise self._unfinished()
         return self.jobs
+
+    def _unfinished(self) -> SimulationStuck:
+        """The error for a run whose events ran out before its jobs did."""
+        left = [j for j in self.jobs if j.finish is None]
+        return SimulationStuck(
+            f"simulation ended with {len(left)} jobs unfinished: job {left[0].id} "
+            f"(submitted at t={left[0].submit:.0f} s) never finished"
+        )
 
     def _purge_events(self) -> None:
         """Drop the stale completions and wake-ups from the event heap, in place.
@@ -245,8 +267,28 @@ class Simulator:
         self.keys.rekey(job, now, wake)
 
     def _pass(self, now: float, policy_acts: bool = True) -> None:
-        """One scheduling pass (`Scheduler.main_pass`)."""
+        """One scheduling pass (`Scheduler.main_pass`), once the stuck guard has seen
+        progress: STUCK_PASSES passes in a row at one time, with no job started or ended
+        since the first, raise SimulationStuck."""
+        mark = (now, self.done + self.starts)
+        if mark != self.last_pass:
+            self.last_pass, self.stalled = mark, 0
+        else:
+            self.stalled += 1
+            if self.stalled >= STUCK_PASSES:
+                raise self._stuck(now)
         self.scheduler.main_pass(now, policy_acts)
+
+    def _stuck(self, now: float) -> SimulationStuck:
+        """The error for passes at `now` that make no progress, naming the best-ranked
+        waiting job."""
+        waiting = (self.by_id[i] for i in self.order())
+        job = next((j for j in waiting if not j.running and j.finish is None), None)
+        who = f"job {job.id} waits first" if job is not None else "no job waits"
+        return SimulationStuck(
+            f"no progress at t={now:.0f} s: {STUCK_PASSES} passes in a row started and "
+            f"ended no job ({who})"
+        )
 
     def _backfill(self, now: float) -> None:
         """One backfill pass (`Scheduler.backfill`)."""
@@ -257,6 +299,9 @@ class Simulator:
         # `wait_guard_keep`); the service reads the same from its last pass
         # (`starts_promoted`)
         cfg, keys, st = self.cfg, self.keys, self.state
+        if job.finish is not None:  # a finished job started again: a run without end
+            raise SimulationStuck(f"job {job.id} started at t={now:.0f} s after it finished")
+        self.starts += 1
         promoted = starvation_lifts(
             cfg, keys.table, now, False, job.last_run, job.waiting_since, job.submit,
             job.gpus, job.attained, job.user, job.name, job.account, job.limit,

@@ -4,11 +4,17 @@ The service's Gittins history (through `CliSlurmClient.completed_jobs`) and the
 simulator's sacct trace reader (`sim/traces.py`) both read sacct through it, so a site's
 history means the same thing to both. Text in, records out: no subprocess, no files.
 
-What counts: one row per job allocation (steps such as `123.batch` or `123.0` repeat
-their job and are left out), GPU jobs only (a `gres/gpu` count in AllocTRES or ReqTRES,
-as 22.05 and 25.11 both write it), and only jobs that ran (Start is a time before End; a
-job cancelled while pending has no AllocTRES, or Start = End, depending on the release). Times
-are sacct's local ISO times, read in this host's time zone as sacct wrote them.
+What counts: one row per job allocation (steps such as `123.batch`, `123.extern` or
+`123.0` repeat their job and are left out), GPU jobs only (a `gres/gpu` count in
+AllocTRES or ReqTRES, as 22.05 and 25.11 both write it), and only jobs that ran (Start is
+a time before End; a job cancelled while pending has no AllocTRES, or Start = End,
+depending on the release). Times are sacct's local ISO times, read in this host's time
+zone as sacct wrote them. `read_row` says why a row is left out (`LEFT_OUT`).
+
+Job ids: JobIDRaw when the export has it (every array task has its own raw id there);
+JobID gives the array job and task (`1234_7`). An export with JobID only names an array
+task by its array job, so each task gets `array_task_job_id(1234, 7)`, an id above any
+Slurm job id (those are 32-bit): stable, one per task, never a real job's.
 """
 
 from __future__ import annotations
@@ -24,10 +30,24 @@ SACCT_FIELDS = (
     "JobIDRaw", "Submit", "Start", "End", "AllocTRES", "User", "Partition", "JobName",
     "Account", "Timelimit",
 )  # fmt: skip
+# What a trace export should ask for (docs/simulator.md): the above, and how Slurm
+# describes the job (array task, QOS, state, features).
+TRACE_FIELDS = (
+    "JobIDRaw", "JobID", "Submit", "Start", "End", "AllocTRES", "User", "Partition", "QOS",
+    "JobName", "Account", "Timelimit", "State", "Constraints",
+)  # fmt: skip
 ENDED_STATES = "CD,F,TO,CA,OOM,NF"  # completed, failed, timeout, cancelled, OOM, node fail
-_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+_GPU_TRES = re.compile(r"gres/gpu(?::([^=,]+))?=(\d+)")
+_GPU_GRES = re.compile(r"(?:^|,)(?:gres:)?gpu:([^:,()=]+):\d+")  # ReqGRES `gpu:a100:2`
+_ARRAY_TASK = re.compile(r"(\d+)_(\d+)")
+_ARRAY_PENDING = re.compile(r"(\d+)_\[[^\]]*\]")  # `1234_[1-5%2]`: tasks not yet started
 _SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 _NOT_A_TIME = ("Unknown", "None", "")
+# why `read_row` leaves a row out ("" : a blank line, not a row)
+STEP, CPU_ONLY, NEVER_RAN = "steps", "CPU-only", "never ran"
+LEFT_OUT = (STEP, CPU_ONLY, NEVER_RAN)
+_FREE_LAST = "Constraints"  # may hold a `|` when it is the last column (`_fields`)
+_TASK_ID_BASE = 1 << 32  # Slurm job ids are uint32: synthetic array-task ids lie above
 
 
 def sacct_argv(since: float) -> list[str]:
@@ -41,6 +61,12 @@ def sacct_argv(since: float) -> list[str]:
         f"--format={','.join(SACCT_FIELDS)}", f"--starttime={start}", "--endtime=now",
         f"--state={ENDED_STATES}",
     ]  # fmt: skip
+
+
+def array_task_job_id(array_job_id: int, task_id: int) -> int:
+    """The id of array task `task_id` of `array_job_id` when the export has no JobIDRaw:
+    (task + 1) x 2^32 + array job id, above every Slurm job id and unique per task."""
+    return (task_id + 1) * _TASK_ID_BASE + array_job_id
 
 
 @dataclass(frozen=True)
@@ -68,33 +94,90 @@ def parse_header(line: str) -> Columns:
     return Columns(index, job_id, tres)
 
 
-def parse_row(cols: Columns, line: str) -> CompletedJob | None:
-    """One data line: its job, or None for a line that is no GPU job that ran (a step, a
-    CPU-only job, one cancelled before it started or as it started, a blank line). ValueError says what
-    is wrong with a malformed one."""
-    if not line.strip():
-        return None
+def gpu_tres(tres: str) -> tuple[int, str]:
+    """GPUs and GPU type of a TRES string: the untyped `gres/gpu=N` count, else the sum
+    of the typed ones (`gres/gpu:a100=4`); the types named, sorted, joined by ","."""
+    untyped, typed = None, 0
+    types: set[str] = set()
+    for m in _GPU_TRES.finditer(tres):
+        if m.group(1) is None:
+            untyped = int(m.group(2)) if untyped is None else untyped
+        elif int(m.group(2)) > 0:
+            typed += int(m.group(2))
+            types.add(m.group(1))
+    return (typed if untyped is None else untyped), ",".join(sorted(types))
+
+
+def _gpu_type(cols: Columns, f: list[str], found: str) -> str:
+    """The type from the TRES column read, else ReqTRES's, else ReqGRES's (`gpu:a100:2`)."""
+    if found or "ReqTRES" not in cols.index and "ReqGRES" not in cols.index:
+        return found
+    found = gpu_tres(cols.get(f, "ReqTRES"))[1]
+    if found:
+        return found
+    return ",".join(sorted(set(_GPU_GRES.findall(cols.get(f, "ReqGRES")))))
+
+
+def _job_ids(cols: Columns, f: list[str]) -> tuple[int, int | None, int | None]:
+    """(job id, array job id, array task id) of a job row (not a step); ValueError for
+    an id that is no single job's."""
+    text = cols.get(f, "JobID")
+    array_job = task = None
+    if m := _ARRAY_TASK.fullmatch(text):
+        array_job, task = int(m.group(1)), int(m.group(2))
+    elif _ARRAY_PENDING.fullmatch(text):
+        raise ValueError(f"JobID {text!r} names several array tasks (a pending record)")
+    raw = cols.get(f, "JobIDRaw")
+    if raw:
+        if not raw.isdigit():
+            raise ValueError(f"JobIDRaw: not a job id: {raw[:40]!r}")
+        return int(raw), array_job, task
+    if array_job is not None and task is not None:
+        return array_task_job_id(array_job, task), array_job, task
+    if not text.isdigit():  # a heterogeneous job's `1234+0`, or no id at all
+        raise ValueError(f"JobID: not a job id: {text[:40]!r}")
+    return int(text), None, None
+
+
+def _fields(cols: Columns, line: str) -> list[str]:
+    """A line's fields. sacct does not escape `|` inside a field: a `--constraint` such as
+    `a100|h100` in the last column (the export in docs/simulator.md puts Constraints
+    last) keeps its `|`; extra fields anywhere else make the row malformed."""
     f = line.rstrip("\r\n").split("|")
-    if len(f) != len(cols.index):
-        raise ValueError(f"expected {len(cols.index)} fields, got {len(f)}")
-    raw_id = f[cols.index[cols.job_id]]
-    if "." in raw_id:
-        return None  # job steps (123.batch, 123.0) repeat their job
-    m = _GPU_TRES.search(f[cols.index[cols.tres]])
-    if not m or int(m.group(1)) == 0:
-        return None  # not a GPU job
+    n = len(cols.index)
+    if len(f) > n and cols.index.get(_FREE_LAST) == n - 1:
+        f[n - 1 :] = ["|".join(f[n - 1 :])]
+    if len(f) != n:
+        raise ValueError(f"expected {n} fields, got {len(f)}")
+    return f
+
+
+def read_row(cols: Columns, line: str) -> CompletedJob | str:
+    """One data line: its job, or why it is no GPU job that ran (`LEFT_OUT`: a step, a
+    CPU-only job, one cancelled before it started or as it started; "": a blank line).
+    ValueError says what is wrong with a malformed one."""
+    if not line.strip():
+        return ""
+    f = _fields(cols, line)
+    if "." in cols.get(f, "JobIDRaw") or "." in cols.get(f, "JobID"):
+        return STEP  # job steps (123.batch, 123.extern, 123.0) repeat their job
+    tres = f[cols.index[cols.tres]]
+    gpus, gpu_type = gpu_tres(tres)
+    if gpus == 0:
+        return CPU_ONLY if tres.strip() else NEVER_RAN  # no AllocTRES: never allocated
     if f[cols.index["Start"]] in _NOT_A_TIME:
-        return None  # never ran
+        return NEVER_RAN
     start = sacct_time(f[cols.index["Start"]], "Start")
     end = sacct_time(f[cols.index["End"]], "End")
     if end < start:
         raise ValueError(f"End before Start ({end - start:.0f} s)")
     if end == start:
-        return None  # ran no time (cancelled as it started): nothing to count
+        return NEVER_RAN  # ran no time (cancelled as it started): nothing to count
+    job_id, array_job, task = _job_ids(cols, f)
     limit = cols.get(f, "Timelimit")
     return CompletedJob(
-        job_id=int(raw_id.split("_")[0]),
-        gpus=int(m.group(1)),
+        job_id=job_id,
+        gpus=gpus,
         submit_time=sacct_time(f[cols.index["Submit"]], "Submit"),
         start_time=start,
         end_time=end,
@@ -104,7 +187,20 @@ def parse_row(cols: Columns, line: str) -> CompletedJob | None:
         account=cols.get(f, "Account"),
         time_limit_s=slurm_time_s(limit) if limit else None,
         comment=cols.get(f, "Comment"),
+        gpu_type=_gpu_type(cols, f, gpu_type),
+        constraints=cols.get(f, "Constraints"),
+        qos=cols.get(f, "QOS"),
+        array_job_id=array_job,
+        array_task_id=task,
+        reservation=cols.get(f, "Reservation"),
+        state=cols.get(f, "State"),
     )
+
+
+def parse_row(cols: Columns, line: str) -> CompletedJob | None:
+    """`read_row`'s job, or None for a row left out."""
+    job = read_row(cols, line)
+    return job if isinstance(job, CompletedJob) else None
 
 
 def parse_sacct(text: str) -> tuple[list[CompletedJob], list[str]]:
