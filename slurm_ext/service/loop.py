@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from slurm_ext.core.classes import load_classes
 from slurm_ext.core.model import Decision, Job, JobClasses, JobView, Node
-from slurm_ext.policy.guards import starts_promoted
+from slurm_ext.policy import starts_promoted
 from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.service.config import ServiceConfig, SlurmSection
 from slurm_ext.service.fold import TERMINAL, fold, persisted_fields

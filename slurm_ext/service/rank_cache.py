@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_ext.core.model import Completed, Decision, JobView
-from slurm_ext.policy import PolicyConfig, build_table
-from slurm_ext.policy.gittins import GittinsTable
-from slurm_ext.policy.ranking import Key, _key_and_change, decide
+from slurm_ext.policy import GittinsTable, Key, PolicyConfig, build_table, decide, key_and_change
 from slurm_ext.store.rows import copy_with
 
 # a key is recomputed this long before the moment it may change: a float's rounding of
@@ -62,7 +60,7 @@ class RankCache:
         for v in views:
             k = old.get(v.job_id)
             if k is None or k.view is not v or now >= k.until:
-                key, after = _key_and_change(v, now, config, table)
+                key, after = key_and_change(v, now, config, table)
                 k = _Kept(v, key, now + after - MARGIN_S, None)
             kept[v.job_id] = k
             by_id[v.job_id] = (k.key, v)

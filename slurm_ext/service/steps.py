@@ -11,12 +11,15 @@ from dataclasses import replace
 
 from slurm_ext.core.hints import parse_hints
 from slurm_ext.core.model import Decision, Job, JobState, JobView, Node
-from slurm_ext.policy import PolicyConfig, network_sensitive, place
-from slurm_ext.policy.placement import asks_fewest_nodes, consolidate_for
-from slurm_ext.policy.preemption import (
+from slurm_ext.policy import (
+    PolicyConfig,
     RunningJob,
     WaitingJob,
+    asks_fewest_nodes,
     choose_victims,
+    consolidate_for,
+    network_sensitive,
+    place,
     requeue_cost_gpu_s,
 )
 from slurm_ext.store.rows import DecisionRecord, JobRecord

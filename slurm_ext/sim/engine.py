@@ -328,15 +328,10 @@ class Simulator(KeyedQueues, SlurmPasses, Preemption, NodeClearing):
         # `wait_guard_keep`); the service reads the same from its last pass
         # (`starts_promoted`)
         cfg = self.cfg
-        promoted = starvation_lifts(
-            cfg, self.table, now, False, job.last_run, job.waiting_since, job.submit,
-            job.gpus, job.attained, job.user, job.name, job.account, job.limit,
-        )  # fmt: skip
+        facts = job.view(now)
+        promoted = starvation_lifts(facts, now, cfg, self.table)
         if not promoted and cfg.wait_guard_keep > 0:
-            promoted = wait_guarded(
-                cfg, self.table, now, job.gpus, job.attained, job.waiting_since,
-                job.user, job.name, job.account, job.limit,
-            )  # fmt: skip
+            promoted = wait_guarded(facts, now, cfg, self.table)
         job.begin_stint(now, promoted)
         self.cluster.take(job, alloc)
         self.pending_ver += 1  # it leaves the pending set

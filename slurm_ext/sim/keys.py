@@ -1,6 +1,6 @@
 """The simulator's priority keys, kept incrementally: the very keys
-`policy.priority_key` computes, and when each changes on its own
-(`policy.key_change_after`), for a wake-up at that moment.
+`policy.key_and_change` computes from each job's facts (`SimJob.view`), and when each
+changes on its own, for a wake-up at that moment.
 
 One heap of pending jobs per (GPU count, must-consolidate, cores per GPU) bucket (jobs
 that need the same room: when the best cannot start, none can) and one heap of running
@@ -44,14 +44,7 @@ class KeyedQueues:
         old = job.key
         running = job.running
         fs = 1.0 if self.ledger is None else self.ledger.at(job.user, now, self.running_jobs)
-        # the numbers `job.view(now)` would hold, without building it
-        if running:
-            ran = now - job.start
-            attained, executed, last_run = job.attained + job.gpus * ran, job.executed + ran, ran
-            waiting_since, promoted_at = None, job.promoted_at
-        else:
-            attained, executed, last_run = job.attained, job.executed, job.last_run
-            waiting_since, promoted_at = job.waiting_since, None
+        facts = job.view(now)  # kept per wait or stint, moved on while it runs
         table = self.table
         if table is not None and table.kinds is not None:
             # the table `own_table` would pick, from the job's kind choice (`choices`: kept
@@ -61,29 +54,10 @@ class KeyedQueues:
                 choice = self.choices[job] = table.kinds.choose(
                     job.gpus, job.user, job.name, job.account, job.limit
                 )
-            own = choice.pick(attained)
+            own = choice.pick(facts.attained_gpu_s)
             if own.samples:  # the same key from its own table (no kinds: read as is)
                 table = own
-        key, after = key_and_change(
-            self.cfg,
-            table,
-            now,
-            job.id,
-            job.gpus,
-            job.submit,
-            attained,
-            executed,
-            running,
-            last_run,
-            waiting_since,
-            promoted_at,
-            job.duration,
-            job.user,
-            job.name,
-            job.account,
-            job.limit,
-            fs,
-        )
+        key, after = key_and_change(facts, now, self.cfg, table, fs)
         if not wake or key != old:
             job.key = key
             ver = job.key_ver = job.key_ver + 1
