@@ -39,40 +39,30 @@ def key_and_change(
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
-    `job`: the job's facts (the service's view of it; the simulator builds them from its
-    own numbers, `sim/keys.py`). The second value is the seconds until the key may
-    change on its own (inf: only events change it). Running jobs change at the end of
-    protection, at queue thresholds and at Gittins grid points; pending jobs at
-    promotion. SRTF changes continuously and returns 0. Only oracle policies read
-    `true_duration_s`; the kind (user, job_name, account, time_limit_s) picks the
-    Gittins table (policy/kinds.py). `fair_share` is the user's fair-share factor at the
-    last calc pass (policy "fairshare", and gittins with `fairshare_site_weight`); keys
-    that read it (and the age factor) change at the next pass.
+    `job`: the job's facts (the service's view; the simulator's `SimJob.view`). The
+    second value is the seconds until the key may change on its own (inf: only events
+    change it): running jobs at the end of protection, at queue thresholds and at
+    Gittins grid points; pending jobs at promotion; SRTF continuously (0). Only oracles
+    read `true_duration_s`; the job's kind picks its Gittins table (policy/kinds.py).
+    `fair_share`: the user's factor at the last calc pass (policy "fairshare", gittins
+    with `fairshare_site_weight`); keys that read it change at the next pass. One body
+    for the queued policies (the simulator's hot path: no further call but the table's).
     """
     p = config.policy
-    if p == "gittins" or p == "las":
-        return _queued_key(job, now, config, table, fair_share)
-    return _plain_key(job, now, config, fair_share)
-
-
-def _queued_key(
-    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None, fair_share: float
-) -> tuple[Key, float]:
-    """`key_and_change` for the queued policies (gittins, las)."""
-    p = config.policy
-    running, gpus, attained_gpu_s = job.running, job.gpus, job.attained_gpu_s
-    last_run_s, promoted_at_gpu_s = job.last_run_s, job.promoted_at_gpu_s
+    if p != "gittins" and p != "las":
+        return _plain_key(job, now, config, fair_share)
+    running, gpus, attained = job.running, job.gpus, job.attained_gpu_s
+    last_run_s, promoted_at = job.last_run_s, job.promoted_at_gpu_s
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
     after = math.inf
     thresholds = config.queue_thresholds_gpu_s
-    # queue_scale() inlined: the queue limits stretch by GPUs ** exponent
-    e = config.queue_gpu_exponent
+    e = config.queue_gpu_exponent  # queue_scale() inlined: limits x GPUs ** exponent
     scale = gpus**e if e and gpus > 1 else 1.0
     if running:
-        qs = attained_gpu_s
-        if promoted_at_gpu_s is not None:
-            qs = attained_gpu_s - promoted_at_gpu_s
+        qs = attained
+        if promoted_at is not None:
+            qs = attained - promoted_at
             if not qs > 0.0:  # max(0.0, qs)
                 qs = 0.0
         queue = bisect.bisect_right(thresholds, qs / scale)
@@ -83,27 +73,35 @@ def _queued_key(
             if t < after:
                 after = t
     else:
-        queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
-    score = 0.0
-    index = 0.0
+        queue = bisect.bisect_right(thresholds, attained / scale)
+    score = index = 0.0
     if p == "gittins" and table is not None and table.samples:
-        queue, score, index, after = _gittins_terms(job, now, config, table, queue, after)
-    factor = config.starvation_factor
-    if not running and factor > 0 and last_run_s > 0:
-        # starved() inlined: waited >= factor x last stint -> queue 0, else the key
-        # changes when it will have; only for a job the wait guard cannot judge
-        # (wait_judged: no index to scale its wait by)
-        judged = index > 0.0 and gpus > 0 and p == "gittins" and config.wait_guard_factor > 0
-        if not judged:
+        table = own_table(job, table)
+        index, change_at = table.step(attained)
+        score = -index
+        if running and gpus > 0:
+            t = (change_at - attained) / gpus
+            if t < after:
+                after = t
+            if promoted_at is not None and config.wait_guard_keep > 0:
+                # a stint a guard started keeps the guard's rank (queue 0, ahead of
+                # every unguarded job) for a while
+                left = kept_guard_s(job, table, config)
+                if left > 0.0:
+                    queue, score = 0, GUARDED
+                    if left < after:
+                        after = left
+        elif not running and config.wait_guard_factor > 0 and index > 0 and gpus > 0:
+            # wait guard: waited >= factor x its predicted run (1 / index GPU-seconds
+            # over its GPUs) -> ahead of every unguarded job, first come first served
             since = job.waiting_since if job.waiting_since is not None else job.submit_time
-            if now - since >= factor * last_run_s:
-                queue = 0
-            else:
-                left = since + factor * last_run_s - now
-                if not left > 0.0:  # max(0.0, left)
-                    left = 0.0
-                if left < after:
-                    after = left
+            left = since + config.wait_guard_factor / (index * gpus) - now
+            if left <= 0.0:
+                score = GUARDED
+            elif left < after:
+                after = left
+    if not running and config.starvation_factor > 0 and last_run_s > 0:
+        queue, after = _starvation_terms(job, now, config, index, queue, after)
     if p == "gittins" and config.fairshare_site_weight > 0:
         # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
         score = composed_score(score, now - job.submit_time, fair_share, config)
@@ -111,38 +109,25 @@ def _queued_key(
     return (prot, queue, score, job.submit_time, job.job_id), after
 
 
-def _gittins_terms(
-    job: JobView, now: float, config: PolicyConfig, table: GittinsTable, queue: int, after: float
-) -> tuple[int, float, float, float]:
-    """The Gittins index's part of a queued key: (queue, score, index, after) from the
-    job's queue and `after` so far, with the guards' lifts (policy/guards.py)."""
-    gpus, attained_gpu_s = job.gpus, job.attained_gpu_s
-    table = own_table(job, table)
-    index, change_at = table.step(attained_gpu_s)
-    score = -index
-    if job.running and gpus > 0:
-        t = (change_at - attained_gpu_s) / gpus
-        if t < after:
-            after = t
-        if job.promoted_at_gpu_s is not None and config.wait_guard_keep > 0:
-            # a stint a guard started keeps the guard's rank (queue 0, ahead of every
-            # unguarded job) for a while
-            left = kept_guard_s(job, table, config)
-            if left > 0.0:
-                queue, score = 0, GUARDED
-                if left < after:
-                    after = left
-    elif not job.running and config.wait_guard_factor > 0 and index > 0 and gpus > 0:
-        # wait guard: waited >= factor x its predicted run (1 / index GPU-seconds over
-        # its GPUs) -> ahead of every unguarded job, first come first served
-        since = job.waiting_since if job.waiting_since is not None else job.submit_time
-        unit = config.wait_guard_factor / (index * gpus)  # factor x predicted run
-        left = since + unit - now
-        if left <= 0.0:
-            score = GUARDED
-        elif left < after:
-            after = left
-    return queue, score, index, after
+def _starvation_terms(
+    job: JobView, now: float, config: PolicyConfig, index: float, queue: int, after: float
+) -> tuple[int, float]:
+    """`starved` inlined for a waiting job that has run: waited >= factor x last stint ->
+    queue 0, else the key changes when it will have; only for a job the wait guard cannot
+    judge (`wait_judged`: no index to scale its wait by). (queue, after) from the key's."""
+    factor = config.starvation_factor
+    judged = (
+        index > 0.0 and job.gpus > 0 and config.policy == "gittins" and config.wait_guard_factor > 0
+    )
+    if judged:
+        return queue, after
+    since = job.waiting_since if job.waiting_since is not None else job.submit_time
+    if now - since >= factor * job.last_run_s:
+        return 0, after
+    left = since + factor * job.last_run_s - now
+    if not left > 0.0:  # max(0.0, left)
+        left = 0.0
+    return queue, left if left < after else after
 
 
 def _plain_key(
