@@ -294,13 +294,13 @@ class JobView:
         into that stint: the simulator keeps a job's facts per stint and moves them on
         each time it re-keys the job. A copy of the fields, not `__init__`: a frozen
         dataclass's `__init__` sets each of its 16 fields through `object.__setattr__`,
-        four times the cost of this copy."""
-        new = object.__new__(JobView)
-        d = new.__dict__
-        d.update(self.__dict__)
+        four times the instructions of this copy (callgrind)."""
+        d = self.__dict__.copy()
         d["attained_gpu_s"] = self.attained_gpu_s + self.gpus * ran
         d["executed_s"] = self.executed_s + ran
         d["last_run_s"] = ran
+        new = object.__new__(JobView)
+        object.__setattr__(new, "__dict__", d)
         return new
 
 

@@ -11,6 +11,12 @@ stands (keys that read Slurm's age factor are computed afresh every pass). The
 result is `policy.rank`'s, decision for decision: the simulator's
 incremental keys (sim/keys.py) rest on the same `key_and_change`, and tests hold this
 cache to `rank` pass after pass.
+
+The simulator keeps its own incremental keys rather than this cache: it is told of every
+change (an event re-keys the job, a wake-up comes at the moment `key_and_change` names),
+so a key cache there would never hit and only cost its bookkeeping (measured in
+sim/keys.py), while this one polls: a pass sees every job and must find out which keys
+still hold. What both need, the key and when it changes, is `key_and_change` itself.
 """
 
 from __future__ import annotations
