@@ -72,7 +72,15 @@ def main() -> None:
         store = Store(cfg.store)
         svc = Service(cfg, ReplayClient(jobs, nodes), store)
         svc.run_pass(now=now)  # first pass: every record and decision written
-        view = UserView(cfg.store, refresh_s=1.0, rate=args.rate, burst=int(2 * args.rate))
+        burst = int(2 * args.rate)  # the clients share one address: its cap is the global one
+        view = UserView(
+            cfg.store,
+            refresh_s=1.0,
+            rate=args.rate,
+            burst=burst,
+            client_rate=args.rate,
+            client_burst=burst,
+        )
         builds = []
         for _ in range(3):
             t0 = time.perf_counter()

@@ -407,3 +407,24 @@ def test_client_batch_writes_name_each_failure(
     assert stand_in == [("modify", 5, {"site_factor": 250}), ("modify", 7, {"site_factor": 300})]
     assert log.read_text().splitlines() == ["update JobId=6 SiteFactor=0"]
     assert client.set_priorities({5: 1000}) == {}
+
+
+def test_both_backends_read_private_data_from_scontrol_show_config(
+    stand_in: list[tuple[Any, ...]], tmp_path: Path
+) -> None:
+    """`scontrol show config` as 22.05 prints it (test_userview_privacy_live.py reads a
+    real slurmctld's); pyslurm offers no call for it, so both backends run scontrol."""
+    from slurm_ext.slurm.cli_backend import CliSlurmClient
+
+    exe = tmp_path / "scontrol"
+    exe.write_text(
+        '#!/bin/sh\n[ "$*" = "show config" ] || exit 1\n'
+        'printf "Configuration data as of 2026-01-01T00:00:00\\n'
+        'PrivateData             = jobs,usage,users\\nProctrackType           = proctrack/linuxproc\\n"\n'
+    )
+    exe.chmod(0o755)
+    for client in (CliSlurmClient(bin_dir=str(tmp_path)), PySlurmClient(bin_dir=str(tmp_path))):
+        assert client.private_data() == {"jobs", "usage", "users"}
+    exe.write_text('#!/bin/sh\necho "ProctrackType = proctrack/linuxproc"\n')
+    with pytest.raises(SlurmError, match="no PrivateData line"):
+        CliSlurmClient(bin_dir=str(tmp_path)).private_data()

@@ -26,7 +26,10 @@ from slurm_ext.service.listener import ListenerLimits
 from slurm_ext.service.metrics import ServiceMetrics, serve_http
 from slurm_ext.store.db import Store
 
-LIMITS = ListenerLimits(header_timeout_s=2.0, body_timeout_s=3.0, max_connections=200)
+# one client address may hold all of them here: the per-client cap has its own tests
+LIMITS = ListenerLimits(
+    header_timeout_s=2.0, body_timeout_s=3.0, max_connections=200, max_per_client=200
+)
 
 
 @pytest.fixture
@@ -338,3 +341,165 @@ def test_report_key_command_derives_the_nodes_key(tmp_path):
     master.chmod(0o644)
     res = CliRunner().invoke(main, ["report-key", "gpu01", "--master", str(master)])
     assert res.exit_code == 2 and "chmod 600" in res.output
+
+
+# ---- one client cannot deny everyone ----------------------------------------------------
+
+
+def _stall_from(port: int, source: str) -> socket.socket:
+    """A connection from `source` (any 127.x.y.z reaches the loopback listener) that
+    never ends its head."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    s.sendall(b"GET /v1/queue HTTP/1.1\r\nHost: x\r\n")
+    return s
+
+
+def _signed_post(port: int, source: str, job: int, node: str = "gpu01") -> int:
+    body = encode_reports(node, [make_report(job, node=node)])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(source, 0))
+    conn.request(
+        "POST",
+        "/v1/reports",
+        body=body,
+        headers={SIGNATURE_HEADER: sign(body, SECRET), NODE_HEADER: node},
+    )
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def _get_from(port: int, source: str, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(source, 0))
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    out = resp.status, resp.read()
+    conn.close()
+    return out
+
+
+def test_client_key_is_the_address_or_the_ipv6_64():
+    from slurm_ext.service.listener import client_key
+
+    assert client_key(("10.1.2.3", 5000)) == "10.1.2.3"
+    assert client_key(("2001:db8:1:2:aa::1", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert client_key(("2001:db8:1:2:bb::9", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert client_key(("::ffff:10.1.2.3", 5000, 0, 0)) == "10.1.2.3"
+    assert client_key(None) == "?"
+
+
+def test_one_address_holds_at_most_its_share_of_connections(tmp_path):
+    metrics = ServiceMetrics()
+    limits = ListenerLimits(max_per_client=4, header_timeout_s=5.0)
+    server = serve_http("127.0.0.1", 0, metrics, SECRET, lambda r: len(r), limits=limits)
+    port = server.server_address[1]
+    held = [_stall_from(port, "127.0.0.1") for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        extra = _stall_from(port, "127.0.0.1")  # its fifth: refused at once
+        assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+        extra.close()
+        assert metrics.reports_refused.labels(reason="client")._value.get() == 1
+        assert _get_from(port, "127.0.0.2", "/metrics")[0] == 200  # another address: served
+        assert _signed_post(port, "127.0.0.3", 41) == 200
+    finally:
+        for s in held:
+            s.close()
+        server.shutdown()
+
+
+def test_the_last_connections_are_kept_for_node_reports(tmp_path):
+    """Many addresses fill the general share: a view request is refused, a report with a
+    node name and a signature's shape still gets a connection, and a head that does not
+    come at once in the reserved share is cut after reserve_header_timeout_s."""
+    metrics = ServiceMetrics()
+    limits = ListenerLimits(
+        max_connections=12, report_share=0.25, max_per_client=4, header_timeout_s=10.0,
+        reserve_header_timeout_s=0.5,
+    )  # fmt: skip
+    server = serve_http("127.0.0.1", 0, metrics, SECRET, lambda r: len(r), limits=limits)
+    port = server.server_address[1]
+    held = [_stall_from(port, f"127.0.1.{i // 3 + 1}") for i in range(9)]  # 12 x 0.75
+    try:
+        time.sleep(0.3)
+        assert server.open_connections == 9
+        code, body = _get_from(port, "127.0.2.1", "/metrics")
+        assert code == 503 and b"kept for node reports" in body
+        assert _signed_post(port, "127.0.2.2", 42) == 200
+        late = _stall_from(port, "127.0.2.3")  # a stalled head in the reserved share
+        t0 = time.monotonic()
+        late.settimeout(5)
+        assert late.recv(4096).startswith(b"HTTP/1.1 408")
+        assert time.monotonic() - t0 < 2.0
+        late.close()
+    finally:
+        for s in held:
+            s.close()
+        server.shutdown()
+
+
+def test_under_a_flood_from_one_address_reports_and_the_view_are_served(tmp_path):
+    """One address keeps 128 sockets reconnecting (the listener's whole cap); reports
+    from a node and view requests from another address are all served meanwhile."""
+    from test_userview import one_pass, ready, snapshot
+
+    from slurm_ext.userview.http import UserView
+
+    store_path = tmp_path / "service.db"
+    svc = one_pass(store_path, *snapshot())
+    view = UserView(store_path, refresh_s=0.05)
+    ready(view)
+    metrics = ServiceMetrics()
+    limits = ListenerLimits(header_timeout_s=2.0)
+    server = serve_http("127.0.0.1", 0, metrics, SECRET, lambda r: len(r), limits=limits, view=view)
+    port = server.server_address[1]
+    stop = threading.Event()
+    flood_sockets: list[socket.socket] = []
+
+    def flood() -> None:
+        while not stop.is_set():
+            while len(flood_sockets) < limits.max_connections and not stop.is_set():
+                try:
+                    flood_sockets.append(_stall_from(port, "127.0.0.1"))
+                except OSError:
+                    break
+            for s in flood_sockets[: len(flood_sockets) // 2]:  # reconnect half of them
+                s.close()
+            del flood_sockets[: len(flood_sockets) // 2]
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    try:
+        time.sleep(0.5)
+        reports = [_signed_post(port, "127.0.0.2", 50 + i) for i in range(20)]
+        views = [_get_from(port, "127.0.0.3", "/v1/queue")[0] for _ in range(10)]
+        assert reports == [200] * 20 and views == [200] * 10
+        assert metrics.reports_refused.labels(reason="client")._value.get() > 0
+    finally:
+        stop.set()
+        flooder.join(10)
+        for s in flood_sockets:
+            s.close()
+        server.shutdown()
+        view.close()
+        svc.store.close()
+
+
+def test_view_answers_are_rate_limited_per_client_address(tmp_path):
+    from test_userview import one_pass, ready, snapshot
+
+    from slurm_ext.userview.http import UserView
+
+    store_path = tmp_path / "service.db"
+    svc = one_pass(store_path, *snapshot())
+    view = UserView(store_path, rate=100.0, burst=100, client_rate=1.0, client_burst=3)
+    ready(view)
+    server = serve_http("127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, view=view)
+    port = server.server_address[1]
+    try:
+        mine = [_get_from(port, "127.0.0.1", "/v1/jobs/1")[0] for _ in range(6)]
+        assert mine[:3] == [200] * 3 and mine.count(429) >= 2
+        assert [_get_from(port, "127.0.0.2", "/v1/jobs/1")[0] for _ in range(3)] == [200] * 3
+    finally:
+        server.shutdown()
+        view.close()
+        svc.store.close()

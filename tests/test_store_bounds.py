@@ -186,7 +186,9 @@ def test_pin_by_the_admin_still_works(tmp_path):
     assert res.returncode == 0 and Store(tmp_path / "s.db", readonly=True).pins() == {7}
 
 
-def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
+def test_a_second_service_on_a_taken_port_says_why_and_exits_75(tmp_path):
+    """A taken port is waited for (PORT_WAIT_S, shortened here), then `serve` exits 75,
+    which the unit restarts (test_listen.py has the rest: the retries, a port freed)."""
     import socket
 
     with socket.socket() as s:
@@ -196,10 +198,14 @@ def test_a_second_service_on_a_taken_port_says_why_and_exits_3(tmp_path):
         (tmp_path / "b").mkdir()
         config = service_toml(tmp_path / "b")
         config.write_text(config.read_text().replace("port = 0", f"port = {port}"))
-        res = subprocess.run([*SLURM_EXT, "serve", "--config", str(config)],
+        code = (
+            "import slurm_ext.cli.service as s; s.PORT_WAIT_S = 1.0; from slurm_ext.cli import main; "
+            f"main(['serve', '--config', {str(config)!r}], prog_name='slurm-ext')"
+        )
+        res = subprocess.run([sys.executable, "-c", code],
                              capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
-    assert f"127.0.0.1:{port}" in res.stderr and "holds the port" in res.stderr
+    assert res.returncode == 75 and "Traceback" not in res.stderr, res.stderr
+    assert f"127.0.0.1:{port}" in res.stderr and "held the port" in res.stderr
 
 
 def test_a_new_store_is_unreadable_to_other_users():

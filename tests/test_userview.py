@@ -53,9 +53,19 @@ def served(tmp_path, request):
     """(base URL, UserView, listener) over a store one pass wrote; param: privacy."""
     path = tmp_path / "service.db"
     svc = one_pass(path, *snapshot())
-    view = UserView(path, getattr(request, "param", "full"), 0.05, rate=1000.0, burst=1000)
+    view = UserView(
+        path,
+        getattr(request, "param", "full"),
+        0.05,
+        rate=1000.0,
+        burst=1000,
+        client_rate=1000.0,
+        client_burst=1000,
+    )
     ready(view)
-    limits = ListenerLimits(header_timeout_s=2.0, body_timeout_s=2.0, small_body=1024)
+    limits = ListenerLimits(
+        header_timeout_s=2.0, body_timeout_s=2.0, small_body=1024, max_per_client=100
+    )
     server = serve_http(
         "127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, limits=limits, view=view
     )
@@ -308,11 +318,11 @@ def test_queue_and_explain_with_server(served):
     assert res.exit_code == 1 and "job 999 is not in the service's store" in res.output
     res = runner.invoke(queue, ["--server", base, "--all"])
     assert res.exit_code == 2 and "--all needs the store and Slurm here" in res.output
-    res = runner.invoke(queue, ["--server", "ftp://example"])
-    assert res.exit_code == 1 and "give http://HOST:PORT" in res.output
+    res = runner.invoke(queue, ["--server", "ftp://example"])  # a failure to read: 2
+    assert res.exit_code == 2 and "give http://HOST:PORT" in res.output
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
     res = runner.invoke(queue, ["--server", f"http://127.0.0.1:{port}"])
-    assert res.exit_code == 1 and "cannot reach the service" in res.output
+    assert res.exit_code == 2 and "cannot reach the service" in res.output

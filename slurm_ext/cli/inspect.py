@@ -3,11 +3,21 @@
 They read the store in one short snapshot before asking Slurm, so a slow Slurm never
 holds the store open, and non-admin users can run them (the store is readable by the
 service's group); with `--server URL` they ask the service's read-only user view instead
-(login nodes that cannot read the store).
+(login nodes that cannot read the store), through slurm_ext/userview/client.py: a
+server that cannot be read, or whose answer is not the view's, is one error line and
+exit status 2 (EXIT_SERVER); a 404 (no such job) is exit status 1, as locally.
+
+What Slurm hides, they hide: `queue` lists the jobs Slurm shows the caller, and
+`explain` of a job Slurm does not show the caller (PrivateData=jobs, or ended) shows
+its user and history group only to its owner or root, unless `user_view = "full"`
+(userview/privacy.py). Every string from Slurm, the store or a server goes to the
+terminal through cli.output.safe.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import sys
 import time
 
@@ -19,22 +29,26 @@ from slurm_ext.cli.options import (
     json_option,
     load_service_config,
     open_store,
+    private_data,
     service_client,
 )
-from slurm_ext.cli.output import Column, duration, echo_json, table
+from slurm_ext.cli.output import Column, duration, echo_json, echo_safe, table
 from slurm_ext.core.model import JobState
-from slurm_ext.policy import fragmentation
+from slurm_ext.policy import fragmentation, reason_words
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.slurm import SlurmError
+from slurm_ext.userview.privacy import anonymous, view_mode
 from slurm_ext.userview.rows import (
-    ViewError,
+    Waiting,
     explain_info,
-    fetch_json,
+    free_gpus_by_pool,
     node_rows,
     queue_row,
     slurm_reason,
     sort_rows,
 )
+
+EXIT_SERVER = 2  # the --server view could not be read (cf. EXIT_CONFIG: also 2)
 
 QUEUE_COLUMNS = (
     Column("RANK", "rank", right=True),
@@ -62,14 +76,19 @@ server_option = click.option(
 )
 
 
-def _from_server(server: str, path: str) -> dict:
-    """The view's JSON document at `path`, or exit 1 with the server's reason (a 404 says
-    whether the job is unknown or the view is off)."""
+def _from_server(server: str, job_id: int | None = None) -> dict:
+    """The checked queue (job_id None) or job from the view at `server`, or one error
+    line and exit 1 for a 404 (whether the job is unknown or the view is off),
+    EXIT_SERVER for anything else."""
+    from slurm_ext.userview import client  # h11: only the --server path needs it
+
     try:
-        return fetch_json(server, path)
-    except ViewError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
-        sys.exit(1)
+        if job_id is None:
+            return client.fetch_queue(server, deadline_s=client.DEADLINE_S)
+        return client.fetch_job(server, job_id, deadline_s=client.DEADLINE_S)
+    except client.ViewError as exc:
+        echo_safe(f"slurm-ext: {exc}", err=True)
+        sys.exit(1 if isinstance(exc, client.ViewNotFound) else EXIT_SERVER)
 
 
 @click.command()
@@ -89,8 +108,8 @@ def queue(config_path: str | None, as_json: bool, server: str | None, show_all: 
         )
         sys.exit(EXIT_CONFIG)
     if server:
-        doc = _from_server(server, "/v1/queue")
-        rows, last = doc.get("jobs", []), doc.get("last_pass")
+        doc = _from_server(server)
+        rows, last = doc["jobs"], doc["last_pass"]
     else:
         rows, last = _local_queue(load_service_config(config_path), show_all)
     if as_json:
@@ -101,7 +120,7 @@ def queue(config_path: str | None, as_json: bool, server: str | None, show_all: 
     ]
     click.echo(table(shown, QUEUE_COLUMNS))
     if last:
-        click.echo(
+        echo_safe(
             f"last pass {duration(time.time() - last['started_at'])} ago: {last['ranked']} ranked, {last['writes']} writes, {last['errors']} errors{' (dry run)' if last['dry_run'] else ''}"
         )
 
@@ -115,7 +134,7 @@ def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict |
     try:
         jobs = service_client(cfg).jobs()
     except SlurmError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
+        echo_safe(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     now = time.time()
     rows = []
@@ -152,26 +171,34 @@ def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict |
 def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
     if server:
-        info = _from_server(server, f"/v1/jobs/{job_id}")
+        info = _from_server(server, job_id)
     else:
         info = _local_explain(load_service_config(config_path), job_id)
     if as_json:
         echo_json(info)
         return
+    for line in explain_lines(job_id, info):
+        echo_safe(line)
+
+
+def explain_lines(job_id: int, info: dict) -> list[str]:
+    """What `explain` prints, one line each (the caller makes them safe to print)."""
     prio = "-" if info["slurm_priority"] is None else info["slurm_priority"]
-    click.echo(
+    lines = [
         f"job {job_id}: {info['slurm_state']} (Slurm reason: {info['slurm_reason'] or '-'}, priority {prio})"
-    )
+    ]
     if not info["managed"]:
-        click.echo("  not ranked: outside the service's partitions, or not seen by a pass yet")
+        lines.append("  not ranked: outside the service's partitions, or not seen by a pass yet")
     if info["pinned"]:
-        click.echo("  pinned by an admin: the service never changes it")
+        lines.append("  pinned by an admin: the service never changes it")
     if info["held"]:
-        click.echo("  held: the service does not touch held jobs")
+        lines.append("  held: the service does not touch held jobs")
+    if info["slurm_state"] == "PENDING" and info["slurm_reason"]:
+        lines.append(f"  Slurm: it {reason_words(info['slurm_reason'])}")
     rank = "-" if info["rank"] is None else info["rank"]
     queue_ = "-" if info["queue"] is None else info["queue"]
-    click.echo(f"  rank {rank} in queue {queue_}: {info['policy_reason']}")
-    click.echo(
+    lines.append(f"  rank {rank} in queue {queue_}: {info['policy_reason']}")
+    lines.append(
         f"  attained service {duration(info['attained_gpu_s'])} GPU-time; "
         + (
             f"running for {duration(info['current_run_s'])}"
@@ -180,11 +207,12 @@ def explain(config_path: str | None, as_json: bool, server: str | None, job_id: 
         )
     )
     if info.get("wait_s") is not None and info["current_run_s"] is None:
-        click.echo(f"  waiting for {duration(info['wait_s'])} since it was submitted")
+        lines.append(f"  waiting for {duration(info['wait_s'])} since it was submitted")
     if info["value_set"] is not None:
-        click.echo(f"  {(info['mode'] or 'value').replace('_', ' ')} set to {info['value_set']}")
+        lines.append(f"  {(info['mode'] or 'value').replace('_', ' ')} set to {info['value_set']}")
     if info["placement"]:
-        click.echo(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
+        lines.append(f"  placement hint: ReqNodeList={','.join(info['placement'])}")
+    return lines
 
 
 def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
@@ -193,15 +221,16 @@ def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
     with store.snapshot():
         d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
     store.close()
+    client = service_client(cfg)
     try:
-        job = next((j for j in service_client(cfg).jobs() if j.job_id == job_id), None)
+        job = next((j for j in client.jobs() if j.job_id == job_id), None)
     except SlurmError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
+        echo_safe(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     if job is None and d is None and rec is None:
         click.echo(f"slurm-ext: job {job_id} is unknown to Slurm and to the service", err=True)
         sys.exit(1)
-    return explain_info(
+    info = explain_info(
         job_id,
         d,
         rec,
@@ -214,10 +243,27 @@ def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
         held=bool(job and job.held),
         mode=cfg.mode,
     )
+    # Slurm showed the caller this job (so its user and name too), or the caller owns it
+    if job is not None or rec is None or rec.user == _caller() or os.getuid() == 0:
+        return info
+    setting = cfg.user_view if cfg.user_view != "off" else "anonymous"
+    if view_mode(setting, None if setting != "auto" else private_data(client)) == "full":
+        return info
+    return anonymous(info)
+
+
+def _caller() -> str:
+    """Who runs the command (by uid: $USER is the caller's to set)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 NODE_COLUMNS = (
     Column("NODE", "node"),
+    Column("PARTITIONS", "partitions", width=12),
+    Column("TYPE", "gpu_type"),
     Column("STATE", "state", width=14),
     Column("GPUS", "gpus", right=True),
     Column("USED", "gpus_used", right=True),
@@ -231,20 +277,34 @@ NODE_COLUMNS = (
 @config_option
 @json_option
 def nodes(config_path: str | None, as_json: bool) -> None:
-    """GPUs free and used per node, and how fragmented the free GPUs are."""
+    """GPUs free and used per node, and free and fragmented GPUs per partition and GPU
+    type (a job runs in one: free GPUs elsewhere do not help it)."""
     cfg = load_service_config(config_path)
+    client = service_client(cfg)
     try:
-        ns = service_client(cfg).nodes()
+        ns = client.nodes()
+        waiting = [
+            Waiting(j.partition, j.gpu_type, j.gpus)
+            for j in client.jobs(states=("PENDING",))
+            if j.gpus > 0
+        ]
     except SlurmError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
+        echo_safe(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     frag = fragmentation(ns)
     rows = node_rows(ns, with_cpus=True)
+    pools = free_gpus_by_pool(ns, waiting)
     if as_json:
-        echo_json({"nodes": rows, "fragmentation": frag})
+        echo_json({"nodes": rows, "fragmentation": frag, "pools": pools})
         return
     click.echo(table(rows, NODE_COLUMNS))
     total_free = sum(r["gpus_free"] for r in rows)
     click.echo(
         f"free GPUs {total_free}; fragmentation {frag:.2f} (share of free GPUs on partly used nodes)"
     )
+    for p in pools:
+        echo_safe(
+            f"  {p['partition'] or '-'} / {p['gpu_type'] or 'untyped'}: {p['free']} free, "
+            f"{p['stranded']} on nodes that cannot take the widest job waiting there "
+            f"({p['widest_waiting']} GPUs)"
+        )

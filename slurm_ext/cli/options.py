@@ -8,6 +8,7 @@ policy file and the job draws (`--preemptible-fraction`, `--checkpoint-interval`
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from slurm_ext.cli.output import safe
 from slurm_ext.core.classes import load_classes
 from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.core.model import JobClasses
@@ -26,6 +28,7 @@ from slurm_ext.slurm import SlurmError, make_client
 from slurm_ext.slurm.client import SlurmClient
 from slurm_ext.store.db import Store, StoreError
 
+log = logging.getLogger("slurm_ext.cli")
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
 EXIT_CONFIG = 2
 
@@ -41,14 +44,20 @@ config_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
+def config_file(path: str | None) -> str | None:
+    """The service config a command reads: `path`, else DEFAULT_CONFIG if it exists,
+    else None (built-in defaults)."""
+    if path is None and Path(DEFAULT_CONFIG).is_file():
+        return DEFAULT_CONFIG
+    return path
+
+
 def load_service_config(path: str | None) -> ServiceConfig:
     """The config, or exit 2 with a message naming the file and the key."""
-    if path is None and Path(DEFAULT_CONFIG).is_file():
-        path = DEFAULT_CONFIG
     try:
-        return load_config(ServiceConfig, path)
+        return load_config(ServiceConfig, config_file(path))
     except ConfigError as exc:
-        click.echo(f"slurm-ext: config error: {exc}", err=True)
+        click.echo(f"slurm-ext: config error: {safe(str(exc))}", err=True)
         sys.exit(EXIT_CONFIG)
 
 
@@ -66,7 +75,7 @@ def open_store(cfg: ServiceConfig, readonly: bool) -> Store:
     try:
         return Store(cfg.store, readonly=readonly)
     except StoreError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
+        click.echo(f"slurm-ext: {safe(str(exc))}", err=True)
         sys.exit(1)
 
 
@@ -103,7 +112,7 @@ def load_trace(path: str, fmt: str, skip_bad: bool) -> Trace:
     if not trace.jobs:
         raise click.ClickException(f"{path}: no usable jobs")
     if trace.skipped:
-        click.echo(f"skipped {trace.skipped} bad rows, e.g. {trace.problems[0]}", err=True)
+        click.echo(f"skipped {trace.skipped} bad rows, e.g. {safe(trace.problems[0])}", err=True)
     return trace
 
 
@@ -236,5 +245,15 @@ def service_client(cfg: ServiceConfig) -> SlurmClient:
     try:
         return make_client(cfg.slurm.backend, cfg.slurm.slurm_conf, cfg.slurm.timeout_s)
     except (SlurmError, ValueError) as exc:
-        click.echo(f"slurm-ext: cannot reach Slurm: {exc}", err=True)
+        click.echo(f"slurm-ext: cannot reach Slurm: {safe(str(exc))}", err=True)
         sys.exit(1)
+
+
+def private_data(client: SlurmClient) -> frozenset[str] | None:
+    """Slurm's PrivateData, or None (logged) when Slurm cannot say: callers then hide
+    what it might hide (userview.privacy.view_mode)."""
+    try:
+        return client.private_data()
+    except SlurmError as exc:
+        log.warning("cannot read Slurm's PrivateData (user details stay hidden): %s", exc)
+        return None

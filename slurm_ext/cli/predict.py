@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from slurm_ext.cli.options import json_option
-from slurm_ext.cli.output import echo_json
+from slurm_ext.cli.output import echo_json, echo_safe
 from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.core.resources import write_file
 from slurm_ext.predict.cpu import (
@@ -209,23 +209,23 @@ def show(key: str, table_path: str, config_path: str | None, as_json: bool) -> N
         )
         return
     for row in rows:
-        click.echo(
+        echo_safe(
             f"{key} gpu_type={row.gpu_type}: {row.cpus_per_gpu} cores/GPU"
             + (f", elastic GPUs {row.gpus}" if row.gpus else "")
         )
         ev = evidence.get(row.gpu_type)
         if not ev:
-            click.echo("  (no evidence recorded)")
+            echo_safe("  (no evidence recorded)")
             continue
-        click.echo(f"  source: {ev['source']}: {ev['reason']}")
+        echo_safe(f"  source: {ev['source']}: {ev['reason']}")
         if ev.get("fit"):
             f = ev["fit"]
-            click.echo(
+            echo_safe(
                 f"  fit: {f['model']} plateau={f['plateau']:.3f} shape={f['shape']:.2f} rmse={f['rmse']:.4f} n={f['n']}"
             )
         if ev.get("samples"):
             pts = ", ".join(f"{c:g}:{u:.2f}" for c, u in ev["samples"])
-            click.echo(f"  samples (cores/GPU:util): {pts}")
+            echo_safe(f"  samples (cores/GPU:util): {pts}")
 
 
 @predict.command()

@@ -3,8 +3,10 @@
 The read-only commands (queue, explain, nodes) are in `cli.inspect`.
 
 Exit statuses of `serve`: 0 stopped, 1 a failed `--once` pass or an unreadable store,
-2 a configuration error, 3 another service holds this store (or the port): restarting
-cannot fix 2 or 3, and etc/slurm-ext.service tells systemd not to.
+2 a configuration error (a bad `listen` or `port` too: no such address on this host, a
+privileged port), 3 another service holds this store, 75 (EX_TEMPFAIL) the listener's
+port stayed taken for PORT_WAIT_S: restarting cannot fix 2 or 3, and
+etc/slurm-ext.service tells systemd not to; it restarts on 1 and 75.
 """
 
 from __future__ import annotations
@@ -16,22 +18,28 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 import click
 
 from slurm_ext.cli.options import (
     EXIT_CONFIG,
+    config_file,
     config_option,
     load_service_classes,
     load_service_config,
     open_store,
+    private_data,
     service_client,
 )
+from slurm_ext.cli.output import echo_safe
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import Store, StoreError
 from slurm_ext.store.lock import StoreLocked, lock_store
 
 EXIT_ALREADY_RUNNING = 3
+EXIT_PORT_TAKEN = 75  # EX_TEMPFAIL: the unit restarts the service (RestartSec)
+PORT_WAIT_S = 60.0  # how long `serve` retries a taken port before it exits
 log = logging.getLogger("slurm_ext.service.loop")
 
 
@@ -60,10 +68,8 @@ def _writable_store(cfg: ServiceConfig) -> Iterator[Store]:
 def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     """Run the priority service beside slurmctld."""
     from slurm_ext.core.reports import SecretFileError, read_secret
-    from slurm_ext.service.listener import SlurmJobNodes
-    from slurm_ext.service.metrics import ServiceMetrics, serve_http
+    from slurm_ext.service.metrics import ServiceMetrics
     from slurm_ext.service.reachability import warn_if_reports_unreachable
-    from slurm_ext.userview.http import UserView
 
     cfg = load_service_config(config_path)
     classes = load_service_classes(cfg)
@@ -78,10 +84,10 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
     try:
         lock = lock_store(cfg.store)
     except StoreLocked as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
+        echo_safe(f"slurm-ext: {exc}", err=True)
         sys.exit(EXIT_ALREADY_RUNNING)
     except StoreError as exc:
-        click.echo(f"slurm-ext: {exc}", err=True)
+        echo_safe(f"slurm-ext: {exc}", err=True)
         sys.exit(1)
     store = open_store(cfg, readonly=False)
     metrics = ServiceMetrics()
@@ -96,33 +102,7 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
             sys.exit(EXIT_CONFIG)
     server = view = None
     if cfg.port and not once:
-        view = UserView(cfg.store, cfg.user_view)  # its refresher thread starts here
-        try:
-            server = serve_http(
-                cfg.listen,
-                cfg.port,
-                metrics,
-                secret,
-                lambda r: _save_reports(cfg.store, r),
-                # its own client: the HTTP workers must not share the pass's (pyslurm)
-                job_nodes=SlurmJobNodes(service_client(cfg)),
-                view=view,
-            )
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            click.echo(
-                f"slurm-ext: cannot listen on {cfg.listen}:{cfg.port}: another process holds "
-                "the port (another service with another store?); set port in the config",
-                err=True,
-            )
-            sys.exit(EXIT_ALREADY_RUNNING)
-        log.info(
-            "metrics, reports and the user view (%s) on http://%s:%d",
-            cfg.user_view,
-            cfg.listen,
-            server.server_address[1],
-        )
+        server, view = _start_listener(cfg, config_path, metrics, secret)
     service = Service(cfg, service_client(cfg), store, dry_run, metrics, classes)
     log.info(
         "service: policy=%s mode=%s interval=%.0fs store=%s%s",
@@ -142,6 +122,65 @@ def serve(config_path: str | None, dry_run: bool, once: bool) -> None:
         store.close()
         lock.close()
     sys.exit(rc)
+
+
+def _start_listener(cfg: ServiceConfig, config_path: str | None, metrics, secret):
+    """(the listener, its user view); exits EXIT_CONFIG for a `listen` or `port` this
+    host cannot serve, EXIT_PORT_TAKEN when the port stayed taken for PORT_WAIT_S."""
+    from slurm_ext.service.listener import ListenAddressError, SlurmJobNodes, bind_retrying
+    from slurm_ext.service.metrics import serve_http
+    from slurm_ext.userview.http import UserView
+    from slurm_ext.userview.privacy import view_mode
+
+    client = service_client(cfg)  # its own: the HTTP workers must not share the pass's
+    privacy = view_mode(cfg.user_view, private_data(client) if cfg.user_view == "auto" else None)
+    view = UserView(cfg.store, privacy)  # its refresher thread starts here
+    try:
+        server = bind_retrying(
+            lambda: serve_http(
+                cfg.listen,
+                cfg.port,
+                metrics,
+                secret,
+                lambda r: _save_reports(cfg.store, r),
+                job_nodes=SlurmJobNodes(client),
+                view=view,
+            ),
+            PORT_WAIT_S,
+        )
+    except (ListenAddressError, OSError) as exc:
+        view.close()
+        _listen_failed(cfg, config_path, exc)
+    log.info(
+        "metrics, reports and the user view (%s%s) on http://%s:%d",
+        privacy,
+        " from Slurm's PrivateData" if cfg.user_view == "auto" else "",
+        cfg.listen,
+        server.server_address[1],
+    )
+    return server, view
+
+
+def _listen_failed(cfg: ServiceConfig, config_path: str | None, exc: Exception) -> NoReturn:
+    """Say why the listener cannot start, and exit with the status that tells systemd
+    whether a restart can help."""
+    from slurm_ext.service.listener import ListenAddressError
+
+    where = config_file(config_path) or "the built-in defaults"
+    if isinstance(exc, ListenAddressError):
+        value = cfg.listen if exc.key == "listen" else cfg.port
+        echo_safe(f"slurm-ext: config error: {where}: {exc.key} = {value!r}: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        echo_safe(
+            f"slurm-ext: cannot listen on {cfg.listen}:{cfg.port}: another process held the "
+            f"port for {PORT_WAIT_S:.0f} s (another service? `ss -ltnp` names it); exiting "
+            f"with status {EXIT_PORT_TAKEN} for systemd to restart the service later",
+            err=True,
+        )
+        sys.exit(EXIT_PORT_TAKEN)
+    echo_safe(f"slurm-ext: cannot listen on {cfg.listen}:{cfg.port}: {exc}", err=True)
+    sys.exit(1)
 
 
 def _save_reports(path: str, reports) -> int:

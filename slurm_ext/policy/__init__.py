@@ -28,7 +28,9 @@ from slurm_ext.policy.preemption import (
     RunningJob,
     WaitingJob,
     choose_victims,
+    fits_now,
     requeue_cost_gpu_s,
+    why_no_victims,
 )
 from slurm_ext.policy.profiles import network_sensitive, spread_slowdown
 from slurm_ext.policy.queues import starvation_lifts
@@ -40,9 +42,16 @@ from slurm_ext.policy.ranking import (
     priority_key,
     rank,
 )
+from slurm_ext.policy.reasons import could_start, no_preemption_note, reason_words, steady_reason
 from slurm_ext.policy.tables import build_table
 
 __all__ = [
+    "steady_reason",
+    "reason_words",
+    "no_preemption_note",
+    "could_start",
+    "why_no_victims",
+    "fits_now",
     "AFTER_REQUEUE",
     "GUARDED",
     "MODES",

@@ -23,12 +23,18 @@ The rule:
 - Any other job takes the worst-ranked jobs anywhere until the cluster has room; then
   the best-ranked of those whose GPUs turn out not to be needed keep running.
 - If the eligible jobs cannot make room, nobody is preempted.
+- Only where the waiting job can run: given its nodes (`WaitingJob.nodes`: its
+  partitions, GPU type, features, not its excluded nodes), only their free GPUs count
+  and only the GPUs a running job holds there are freed; a job with none there stays
+  (a victim elsewhere frees GPUs the waiting job cannot use, and backfill refills them).
+- The caller picks a waiting job that could start if GPUs were free
+  (`policy.reasons.could_start`): never one held by a dependency, a limit, a hold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_ext.policy.placement import min_nodes
 
@@ -59,6 +65,8 @@ class WaitingJob:
     # decision, within 2x of the better of waiting and preempting at once, whatever
     # the job's unknown size).
     gain_gpu_s: float | None = None
+    # the nodes it may run on (None: any node); `choose_victims` frees room only there
+    nodes: frozenset[str] | None = None
 
 
 def eligible(
@@ -133,7 +141,11 @@ def choose_victims(
     free_cpus: free cores per node when cores count (then `cpus_per_gpu` fields apply).
     max_preemptions: a job preempted this often already stays (0: no cap).
     Returns [] when the job fits already or the eligible jobs cannot make room.
+    With `waiting.nodes`, only those nodes count: their free GPUs, and the GPUs the
+    running jobs hold there (`capacity` then the largest of those nodes').
     """
+    if waiting.nodes is not None:
+        free, free_cpus, below = _only_on(waiting.nodes, free, free_cpus, below)
     books = _Books(free, free_cpus, waiting)
     if waiting.gpus <= 0 or books.fits(capacity):
         return []
@@ -159,6 +171,63 @@ def choose_victims(
             victims.append(v.job_id)
     victims.reverse()
     return victims
+
+
+def fits_now(
+    waiting: WaitingJob,
+    free: Mapping[str, int],
+    capacity: int,
+    free_cpus: Mapping[str, int] | None = None,
+) -> bool:
+    """Does the waiting job fit in the free GPUs of the nodes it may use (the test
+    `choose_victims` starts with)?"""
+    if waiting.nodes is not None:
+        free, free_cpus, _ = _only_on(waiting.nodes, free, free_cpus, ())
+    return waiting.gpus <= 0 or _Books(free, free_cpus, waiting).fits(capacity)
+
+
+def why_no_victims(
+    waiting: WaitingJob, below: Iterable[RunningJob], min_run_s: float, max_preemptions: int = 0
+) -> str:
+    """Why `choose_victims` requeues nobody for a waiting job that does not fit, in words
+    (the first rule that leaves no candidate), for `explain` and the log."""
+    nodes = waiting.nodes
+    here = [v for v in below if nodes is None or any(n in nodes for n, _ in v.alloc)]
+    if not here:
+        return "no running job ranked below it holds GPUs on the nodes it can use"
+    opted = [v for v in here if v.requeueable and not v.pinned]
+    if not opted:
+        return "no running job ranked below it on the nodes it can use checkpoints (opted in)"
+    ripe = [v for v in opted if v.ran_s >= min_run_s]
+    if not ripe:
+        return f"the jobs it could requeue have run less than min_run_s ({min_run_s:.0f} s)"
+    left = [v for v in ripe if max_preemptions <= 0 or v.preemptions < max_preemptions]
+    if not left:
+        return f"the jobs it could requeue were preempted {max_preemptions} times already"
+    gain = waiting.gain_gpu_s
+    if gain is not None and all(v.lost_gpu_s > gain for v in left):
+        return "requeueing would lose more GPU time than it has waited (the cost rule)"
+    return "the jobs it could requeue on the nodes it can use cannot free enough room"
+
+
+def _only_on(
+    nodes: frozenset[str],
+    free: Mapping[str, int],
+    free_cpus: Mapping[str, int] | None,
+    below: Iterable[RunningJob],
+) -> tuple[dict[str, int], dict[str, int] | None, Iterable[RunningJob]]:
+    """The snapshot seen from `nodes`: their free GPUs (and cores), and the running jobs
+    that hold GPUs there with only that part of their allocation (read lazily)."""
+    here = {n: f for n, f in free.items() if n in nodes}
+    cpus = {n: c for n, c in free_cpus.items() if n in nodes} if free_cpus is not None else None
+
+    def inside() -> Iterable[RunningJob]:
+        for v in below:
+            alloc = tuple((n, g) for n, g in v.alloc if n in here)
+            if alloc:
+                yield v if len(alloc) == len(v.alloc) else replace(v, alloc=alloc)
+
+    return here, cpus, inside()
 
 
 def _clear_nodes(

@@ -47,9 +47,10 @@ class ServiceConfig:
     max_requeues_per_pass: int = 2
     listen: str = "127.0.0.1"
     port: int = 9788  # metrics, agent reports and the user view; 0 disables the listener
-    # the read-only user view on the listener (slurm_ext/userview/http.py): "full" shows
-    # every job with its user (as squeue does), "anonymous" hides user names, "off" none
-    user_view: str = choices("full", "anonymous", "off", default="full")
+    # the read-only user view on the listener (slurm_ext/userview/privacy.py): "auto"
+    # follows Slurm's PrivateData (anonymous where it hides jobs, users or accounts),
+    # "full" every job with its user, "anonymous" no user, job name or account, "off" none
+    user_view: str = choices("auto", "full", "anonymous", "off", default="auto")
     report_secret_file: str | None = None
     backoff_max_s: float = positive(300.0)
     # Completed-job history for the Gittins distribution, beyond what the service saw:

@@ -4,7 +4,11 @@ read-only user view (`GET /`, `/v1/queue`, `/v1/jobs/ID`: slurm_ext/userview/htt
 Anyone who can reach the port is hostile until the signature says otherwise, so every
 cost a client can cause is bounded before the body is read: one event-loop thread holds
 all connections (a stalled client costs a socket and a small buffer, not a thread), at
-most `max_connections` are open at once (more get 503 and are closed), the request line
+most `max_connections` are open at once and at most `max_per_client` from one client
+address (an IPv6 /64) (more get 503 and are closed), the last `report_share` of
+those connections are kept for report posts (a connection accepted into them must
+send, within `reserve_header_timeout_s`, a head with a report's shape: POST to the
+reports path, a node name and a signature of the right form; else 503), the request line
 and headers must arrive within `header_timeout_s` and fit `max_header_bytes`, the
 signature header must have the shape of one, the body must be at most `max_body` bytes
 and arrive within `body_timeout_s`, and at most `max_large_bodies` bodies over
@@ -18,6 +22,8 @@ Host); a report's body must state its Content-Length (chunked bodies are not rea
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
 import logging
 import socket
 import threading
@@ -25,6 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -43,6 +50,7 @@ from slurm_ext.core.reports import (
 )
 
 log = logging.getLogger("slurm_ext.service.loop")
+T = TypeVar("T")
 
 # job id -> the nodes Slurm ran it on, or None when Slurm no longer knows the job;
 # raises OSError (or SlurmError) when Slurm cannot be asked
@@ -54,6 +62,9 @@ class ListenerLimits:
     """Bounds on what one client, or all of them together, can make the listener hold."""
 
     max_connections: int = 128
+    max_per_client: int = 16  # open connections one client address (an IPv6 /64) may hold
+    report_share: float = 0.25  # of max_connections, kept for heads with a report's shape
+    reserve_header_timeout_s: float = 2.0  # an agent sends its head at once
     max_header_bytes: int = 16 * 1024
     header_timeout_s: float = 10.0
     max_body: int = 1024 * 1024  # an agent's batch is ~0.5 KB per job
@@ -104,9 +115,9 @@ class ReportListener:
         self.wall = wall
         self.view = view
         self.open_connections = 0
+        self._per_client: dict[str, int] = {}  # open connections per client_key
         self._large = 0
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=128)
+        self._sock = listen_socket(host, port)
         self.server_address = self._sock.getsockname()
         self.server_port = self.server_address[1]
         self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="slurm-ext-req")
@@ -143,29 +154,43 @@ class ReportListener:
 
     # ---- one connection ------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.open_connections >= self.limits.max_connections:
-            self._refuse("busy")
+        lim = self.limits
+        client = client_key(writer.get_extra_info("peername"))
+        held = self._per_client.get(client, 0)
+        if self.open_connections >= lim.max_connections or held >= lim.max_per_client:
+            self._refuse("busy" if held < lim.max_per_client else "client")
             await self._send(writer, Outcome(503, b"too many connections, retry later\n"))
             return
+        # past the general share: this connection may only carry a report
+        reserved = self.open_connections >= lim.max_connections * (1.0 - lim.report_share)
         self.open_connections += 1
+        self._per_client[client] = held + 1
         try:
-            out = await self._serve(reader, writer)
+            out = await self._serve(reader, writer, client, reserved)
             if out is not None:
                 await self._send(writer, out)
         except ConnectionError:
             pass
         finally:
             self.open_connections -= 1
+            if (left := self._per_client.pop(client) - 1) > 0:
+                self._per_client[client] = left
             writer.close()
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client: str = "",
+        reserved: bool = False,
     ) -> Outcome | None:
-        """The answer to the connection's one request; None: send nothing, close."""
+        """The answer to the connection's one request; None: send nothing, close.
+        `reserved`: the connection holds one of the slots kept for reports."""
         lim = self.limits
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=lim.max_header_bytes)
+        wait = lim.reserve_header_timeout_s if reserved else lim.header_timeout_s
         try:
-            async with asyncio.timeout(lim.header_timeout_s):
+            async with asyncio.timeout(wait):
                 request = await _read_head(http, reader, lim.max_header_bytes)
         except TimeoutError:
             self._refuse("timeout")
@@ -183,14 +208,17 @@ class ReportListener:
             return Outcome(400, b"malformed request head: HTTP/1.x only\n")
         method = request.method.decode("ascii")
         path = request.target.decode("ascii").split("?")[0]
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
+        if reserved and not _report_shaped(method, path, headers):
+            self._refuse("busy")
+            return Outcome(503, b"busy: connections left are kept for node reports\n")
         if method == "GET" and path == "/metrics":
             text = await self._in_pool(generate_latest, self.metrics.registry)
             return Outcome(200, text, CONTENT_TYPE_LATEST)
-        if self.view is not None and (answer := await self.view.answer(method, path)):
+        if self.view is not None and (answer := await self.view.answer(method, path, client)):
             return answer
         if method != "POST" or path != REPORTS_PATH:
             return Outcome(404, b"not found\n")
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         early = self._check_before_body(headers, peer)
         if isinstance(early, Outcome):
@@ -368,6 +396,87 @@ class SlurmJobNodes:
 
 
 _ALL_STATES = tuple(s.value for s in JobState)
+
+
+class ListenAddressError(ValueError):
+    """The listener's `key` (listen or port) cannot work on this host: restarting the
+    service cannot fix it, the config must change."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `host` (an address or a name; IPv4 preferred) and `port`.
+    Raises ListenAddressError when `host` does not resolve or is not an address of this
+    host, or the port needs privileges; OSError (EADDRINUSE) when the port is taken."""
+    name = host.strip("[]")
+    try:
+        found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise ListenAddressError("listen", f"{host!r} does not resolve ({exc})") from exc
+    family, _, _, _, address = min(found, key=lambda f: f[0] != socket.AF_INET)
+    try:
+        return socket.create_server(address, family=family, backlog=128)
+    except OSError as exc:
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            raise ListenAddressError(
+                "listen", f"{host!r} is not an address of this host ({exc.strerror})"
+            ) from exc
+        if exc.errno == errno.EACCES:
+            raise ListenAddressError(
+                "port", f"port {port} needs privileges this user lacks ({exc.strerror})"
+            ) from exc
+        raise
+
+
+def bind_retrying(start: Callable[[], T], wait_s: float, sleep=time.sleep) -> T:
+    """`start()`; while it finds the port taken (EADDRINUSE), again after 1, 2, 4, ...
+    s (at most 15 s apart) for `wait_s` seconds in all, then its error is raised. A port
+    held for a while (an old process still closing, another user's process) is waited
+    out here; what holds it for good is left to the service manager's restarts."""
+    pause, waited = 1.0, 0.0
+    while True:
+        try:
+            return start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or waited >= wait_s:
+                raise
+            step = min(pause, wait_s - waited)
+            log.warning("listener: the port is taken (%s); trying again in %.0f s", exc, step)
+            sleep(step)
+            waited += step
+            pause = min(2 * pause, 15.0)
+
+
+def client_key(peer: object) -> str:
+    """Whose connection this is, for the per-client caps: the peer's IPv4 address, or
+    the /64 of an IPv6 one (a single host is commonly given a whole /64)."""
+    host = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def _report_shaped(method: str, path: str, headers: dict[str, str]) -> bool:
+    """The head of a node agent's report: POST to the reports path with a node name and
+    a signature of the right form (what an agent sends; checked before any body)."""
+    node = headers.get(NODE_HEADER.lower())
+    return (
+        method == "POST"
+        and path == REPORTS_PATH
+        and node is not None
+        and node_name_ok(node)
+        and signature_shape_ok(headers.get(SIGNATURE_HEADER.lower()))
+    )
+
 
 _REASONS = {
     200: "OK",

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_ext.core.classes import load_classes
-from slurm_ext.core.model import Decision, Job, JobClasses, JobView, Node
-from slurm_ext.policy import starts_promoted
+from slurm_ext.core.model import Cluster, Decision, Job, JobClasses, JobView, Node
+from slurm_ext.policy import could_start, no_preemption_note, starts_promoted, steady_reason
 from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.service.config import ServiceConfig, SlurmSection
 from slurm_ext.service.fold import TERMINAL, fold, persisted_fields
@@ -32,6 +32,7 @@ from slurm_ext.service.steps import (
     job_view,
     order_inversions,
     plan_placements,
+    plan_preemption,
     preemption_victims,
     same_decision,
     waiting_inputs,
@@ -58,6 +59,9 @@ __all__ = [
 ]
 
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+# passes between two reads of the cluster's description (`SlurmClient.cluster()`: its
+# partitions and node types change rarely; it is read again at once when nodes change)
+CLUSTER_EVERY = 30
 
 
 @dataclass
@@ -72,6 +76,8 @@ class PassResult:
     planned: dict[int, int] = field(default_factory=dict)  # job -> value to write
     placements: dict[int, tuple[str, ...]] = field(default_factory=dict)
     inversions: tuple[int, int] = (0, 0)  # `order_inversions`: (inverted, compared)
+    # what the preemption step says of waiting jobs it requeued nobody for (job -> words)
+    preemption_notes: dict[int, str] = field(default_factory=dict)
 
 
 # ---- the shell ----------------------------------------------------------------------
@@ -113,6 +119,10 @@ class Service:
         self._ranker = RankCache()  # `policy.rank`, pass after pass
         self._collector = PassCollector()
         self._sites: dict[int, int] = {}  # composed: each active job's site factor
+        self._cluster: Cluster | None = None  # the last description read, its node names
+        self._cluster_nodes: tuple[str, ...] | None = None
+        self._cluster_age = 0  # passes since it was read
+        self._blocked: dict[int, str] = {}  # pending jobs' last reason that blocks them
         self.upkeep = Upkeep(
             config.history_source, config.sacct_days, config.sacct_refresh_s, config.value_max
         )
@@ -142,7 +152,7 @@ class Service:
         res = PassResult(started_at=now)
         with self._collector.during():
             self.upkeep.import_history(self.client, self.store, now)
-            jobs = self.client.jobs(states=ACTIVE + TERMINAL)
+            jobs = self._steady_reasons(self.client.jobs(states=ACTIVE + TERMINAL))
             nodes = self.client.nodes()
             records, stored = self._fold(jobs, now)
             active = [j for j in jobs if j.state.active and self.managed(j)]
@@ -158,10 +168,27 @@ class Service:
             values, placed = self._act(res, decisions, by_id, nodes, stored)
             if not self.config.composes:  # composed, Slurm's priority is the order
                 res.inversions = order_inversions(decisions, by_id, res.planned)
-            self._remember(decisions, by_id, stored, values, placed, now)
+            self._remember(decisions, by_id, stored, values, placed, now, res.preemption_notes)
             self.upkeep.save_nodes(self.store, nodes)
         self._finish(res, t0)
         return res
+
+    def _steady_reasons(self, jobs: list[Job]) -> list[Job]:
+        """The jobs with the reason to act on (`policy.reasons.steady_reason`: a blocked
+        job whose priority the service just wrote reads `None` until Slurm's next
+        scheduling cycle); remembers the pending jobs' blocking reasons."""
+        blocked: dict[int, str] = {}
+        out = []
+        for job in jobs:
+            if job.pending:
+                reason = steady_reason(job.reason, self._blocked.get(job.job_id))
+                if not could_start(reason):
+                    blocked[job.job_id] = reason
+                if reason != job.reason:
+                    job = replace(job, reason=reason)
+            out.append(job)
+        self._blocked = blocked
+        return out
 
     def _fold(
         self, jobs: Sequence[Job], now: float
@@ -238,11 +265,13 @@ class Service:
             )
         res.planned = changed(desired, current)
         placements: dict[int, tuple[str, ...] | None] = {}
+        cluster = self._cluster_for(nodes)
         if self.config.placement:
             placements = plan_placements(
                 [j for j in targets if not _user_placed(j, stored.get(j.job_id))],
                 nodes,
                 self.config.placement_mode,
+                cluster,
             )
         res.placements = {j: p for j, p in placements.items() if p}
         values: dict[int, int] = {}
@@ -259,7 +288,7 @@ class Service:
                 ):
                     placed[job_id] = nodes_
             if self.config.preemption == "requeue":
-                self._preempt(res, decisions, by_id, nodes, pins)
+                self._preempt(res, decisions, by_id, nodes, pins, cluster, stored)
             res.requeued += requeue_overdue(
                 [j for j in by_id.values() if j.job_id not in res.requeued],
                 self.store.reports,
@@ -283,14 +312,17 @@ class Service:
         values: dict[int, int],
         placed: dict[int, tuple[str, ...] | None],
         now: float,
+        notes: dict[int, str] | None = None,
     ) -> None:
         """Store this pass's decisions: only those that differ from the stored ones, and
         drop those of jobs that left. A job's value and placement are what this pass
         wrote, else what was stored. A decision keeps the time it was made while only its
         rank moves (every waiting job's rank moves when a running one passes it): the
         store keeps the order as one row (`Store.decisions` reads the ranks from it),
-        written when it changed."""
+        written when it changed. `notes`: what the preemption step says of a waiting job,
+        stored after its policy reason (`explain` and the user view show it)."""
         mode = self.config.mode
+        notes = notes or {}
         fresh: dict[int, DecisionRecord] = {}
         new: list[DecisionRecord] = []
         for d in decisions:
@@ -299,6 +331,8 @@ class Service:
             value = values.get(j, old.value if old is not None else None)
             placement = placed[j] if j in placed else (old.placement if old is not None else None)
             slurm_reason = by_id[j].reason
+            if j in notes:
+                d = replace(d, reason=f"{d.reason}; {notes[j]}" if d.reason else notes[j])
             if old is not None and same_decision(old, d, value, mode, placement, slurm_reason):
                 fresh[j] = old if old.rank == d.rank else old.reranked(d.rank)
                 continue
@@ -354,10 +388,15 @@ class Service:
         by_id: dict[int, Job],
         nodes: Sequence[Node],
         pins: set[int],
+        cluster: Cluster | None,
+        stored: dict[int, DecisionRecord],
     ) -> None:
         """Requeue the opted-in running jobs the preemption rule picks for the best
-        waiting job (`policy.preemption.choose_victims`, as the simulator does)."""
-        top, victims = preemption_victims(
+        waiting job that could start, on the nodes it may use
+        (`policy.preemption.choose_victims`, as the simulator does); note why nobody
+        is requeued for the waiting jobs that do not get any (`res.preemption_notes`)."""
+        ours = [j for j, d in stored.items() if d.placement is not None]
+        plan = plan_preemption(
             decisions,
             by_id,
             nodes,
@@ -365,11 +404,37 @@ class Service:
             time.time(),
             self.config.policy,
             self.config.placement_mode,
+            cluster,
+            ours,
         )
-        for job_id in victims[: self.config.max_requeues_per_pass]:
+        for d in decisions:
+            job = by_id[d.job_id]
+            if job.pending and (note := no_preemption_note(job.reason)):
+                res.preemption_notes[d.job_id] = note
+        if plan.top is not None and plan.note:
+            res.preemption_notes[plan.top] = f"no job is requeued for it: {plan.note}"
+        for job_id in plan.victims[: self.config.max_requeues_per_pass]:
             if self.writes.call(res, self.client.requeue, job_id):
                 res.requeued.append(job_id)
-                log.info("requeued job %d (rank below waiting job %d)", job_id, top)
+                log.info("requeued job %d (rank below waiting job %d)", job_id, plan.top)
+
+    def _cluster_for(self, nodes: Sequence[Node]) -> Cluster | None:
+        """The cluster's description (partitions, node types), read again every
+        CLUSTER_EVERY passes or when the nodes change; None where the backend cannot
+        give one (then the rules treat every node as usable, as before)."""
+        if not (self.config.placement or self.config.preemption == "requeue"):
+            return None
+        names = tuple(n.name for n in nodes)
+        self._cluster_age += 1
+        if names != self._cluster_nodes or self._cluster_age >= CLUSTER_EVERY:
+            self._cluster_age, self._cluster_nodes = 0, names
+            try:
+                got = self.client.cluster()
+            except (SlurmError, NotImplementedError) as exc:
+                log.warning("cannot read the cluster's partitions, every node counts: %s", exc)
+                got = None
+            self._cluster = got if isinstance(got, Cluster) else None
+        return self._cluster
 
     # ---- loop ------------------------------------------------------------------------
     def stop(self) -> None:

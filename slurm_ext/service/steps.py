@@ -7,10 +7,10 @@ Functions of their arguments only; `slurm_ext.service.loop` calls them in its pa
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from slurm_ext.core.hints import parse_hints
-from slurm_ext.core.model import Decision, Job, JobState, JobView, Node
+from slurm_ext.core.model import Cluster, Decision, Job, JobState, JobView, Node
 from slurm_ext.policy import (
     PolicyConfig,
     RunningJob,
@@ -18,9 +18,12 @@ from slurm_ext.policy import (
     asks_fewest_nodes,
     choose_victims,
     consolidate_for,
+    could_start,
+    fits_now,
     network_sensitive,
     place,
     requeue_cost_gpu_s,
+    why_no_victims,
 )
 from slurm_ext.store.rows import DecisionRecord, JobRecord
 
@@ -127,6 +130,15 @@ def waiting_inputs(job: Job, rec: JobRecord) -> tuple:
     )
 
 
+@dataclass(frozen=True)
+class PreemptionPlan:
+    """Whom the service requeues this pass, for whom, and why nobody when nobody."""
+
+    top: int | None  # the best-ranked waiting job that could start (None: none)
+    victims: list[int] = field(default_factory=list)  # worst first
+    note: str = ""  # why no job is requeued for `top` although it does not fit ("": n/a)
+
+
 def preemption_victims(
     decisions: Sequence[Decision],
     by_id: dict[int, Job],
@@ -136,19 +148,76 @@ def preemption_victims(
     policy: PolicyConfig,
     placement_mode: str,
 ) -> tuple[int | None, list[int]]:
-    """The best waiting job and the running jobs to requeue for it, worst first.
+    """(`plan_preemption`'s top, its victims) on a cluster not described (any node)."""
+    plan = plan_preemption(decisions, by_id, nodes, pins, now, policy, placement_mode)
+    return plan.top, plan.victims
 
-    Eligible: Slurm may requeue it (--requeue) and it opted in (`checkpoint=1`), not
-    pinned, past min_run_s. A running job's GPUs per node: its per-node request, else its
-    GPUs spread evenly over its nodes (Slurm's JSON carries no per-node split).
+
+def plan_preemption(
+    decisions: Sequence[Decision],
+    by_id: dict[int, Job],
+    nodes: Sequence[Node],
+    pins: Collection[int],
+    now: float,
+    policy: PolicyConfig,
+    placement_mode: str,
+    cluster: Cluster | None = None,
+    ours: Collection[int] = (),
+) -> PreemptionPlan:
+    """The best waiting job that could start and the running jobs to requeue for it.
+
+    The waiting job: the best-ranked pending one whose Slurm reason says it would start
+    if GPUs were free (`policy.reasons.could_start`; not held, not in BeginTime after a
+    requeue, not waiting on a dependency or a limit). Its nodes: those `cluster`
+    describes for its partitions, GPU type and node lists (`usable_nodes`; ours: the
+    jobs whose node lists are the service's own placement hints); any node without a
+    cluster. Eligible victims: Slurm may requeue it (--requeue) and it opted in
+    (`checkpoint=1`), not pinned, past min_run_s. A running job's GPUs per node: its
+    per-node request, else its GPUs spread evenly over its nodes (Slurm's JSON carries
+    no per-node split).
     """
-    # not a job Slurm holds after its requeue (reason BeginTime): it cannot start yet, and
-    # the simulator keeps it out of the queue until then
     waiting = [d for d in decisions if _may_start(by_id[d.job_id])]
     if not waiting:
-        return None, []
+        return PreemptionPlan(None)
     top, top_rank = by_id[waiting[0].job_id], waiting[0].rank
     free = {n.name: n.gpus_free for n in nodes if n.schedulable}
+    below = _running_below(decisions, by_id, top_rank, free, pins, now, policy)
+    allowed = usable_nodes(top, cluster, top.job_id in ours)
+    model = parse_hints(top.comment).model
+    gain = None
+    if policy.preemption_cost:  # the wait it has paid so far (rent or buy)
+        gain = top.gpus * max(0.0, now - top.submit_time)
+    capacity = max((n.gpus for n in nodes if allowed is None or n.name in allowed), default=0)
+    # a per-node request starts only on its nodes whatever the mode: victims spread over
+    # the cluster would free GPUs it cannot use (live replays: the same job requeued
+    # one victim after another while backfill refilled each freed GPU)
+    bound = asks_fewest_nodes(top.gpus, top.gpus_per_node, top.num_nodes, capacity)
+    want = WaitingJob(
+        top.job_id,
+        top.gpus,
+        consolidate_for(placement_mode, network_sensitive(model), bound),
+        gain_gpu_s=gain,
+        nodes=allowed,
+    )
+    victims = choose_victims(
+        want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
+    )
+    note = ""
+    if not victims and not fits_now(want, free, capacity):
+        note = why_no_victims(want, below, policy.min_run_s, policy.max_preemptions)
+    return PreemptionPlan(top.job_id, victims, note)
+
+
+def _running_below(
+    decisions: Sequence[Decision],
+    by_id: dict[int, Job],
+    top_rank: int,
+    free: dict[str, int],
+    pins: Collection[int],
+    now: float,
+    policy: PolicyConfig,
+) -> list[RunningJob]:
+    """The running jobs ranked below `top_rank`, worst first, as the rule sees them."""
     below = []
     for d in reversed(decisions):
         job = by_id[d.job_id]
@@ -171,28 +240,36 @@ def preemption_victims(
                 preemptions=job.restart_count or 0,
             )
         )
-    model = parse_hints(top.comment).model
-    gain = None
-    if policy.preemption_cost:  # the wait it has paid so far (rent or buy)
-        gain = top.gpus * max(0.0, now - top.submit_time)
-    capacity = max((n.gpus for n in nodes), default=0)
-    # a per-node request starts only on its nodes whatever the mode: victims spread over
-    # the cluster would free GPUs it cannot use (live replays: the same job requeued
-    # one victim after another while backfill refilled each freed GPU)
-    bound = asks_fewest_nodes(top.gpus, top.gpus_per_node, top.num_nodes, capacity)
-    want = WaitingJob(
-        top.job_id,
-        top.gpus,
-        consolidate_for(placement_mode, network_sensitive(model), bound),
-        gain_gpu_s=gain,
-    )
-    return top.job_id, choose_victims(
-        want, below, free, capacity, policy.min_run_s, max_preemptions=policy.max_preemptions
-    )
+    return below
+
+
+def usable_nodes(
+    job: Job, cluster: Cluster | None, own_lists: bool = False
+) -> frozenset[str] | None:
+    """The nodes `job` may run on (`Cluster.eligible_nodes`: its partitions, `-p a,b`
+    naming several, its GPU type, at least its per-node GPUs, not its excluded nodes,
+    within its required ones); None (any node) without a cluster description or when
+    the cluster knows none of its partitions (a description older than the partition).
+    own_lists: its node lists are the service's placement hint, not its owner's: ignored.
+    """
+    if cluster is None:
+        return None
+    parts = tuple(p for p in job.partition.split(",") if p)
+    if not any(cluster.partition(p) is not None for p in parts):
+        return None
+    excluded = () if own_lists else job.excluded_nodes
+    found = cluster.eligible_nodes(parts, job.gpu_type, (), excluded, job.gpus_per_node)
+    names = frozenset(n.name for n in found)
+    if job.required_nodes and not own_lists:
+        names &= frozenset(job.required_nodes)
+    return names
 
 
 def _may_start(job: Job) -> bool:
-    return job.pending and not job.held and job.reason != "BeginTime"
+    """A waiting job that would start if GPUs were free: not held, not in BeginTime
+    (Slurm holds a requeued job so; the simulator keeps it out of the queue until then),
+    not waiting on a dependency or a limit."""
+    return job.pending and not job.held and could_start(job.reason)
 
 
 def _per_node(job: Job) -> list[tuple[str, int]]:
@@ -205,22 +282,28 @@ def _per_node(job: Job) -> list[tuple[str, int]]:
 
 
 def plan_placements(
-    ranked_pending: Sequence[Job], nodes: Sequence[Node], mode: str
+    ranked_pending: Sequence[Job],
+    nodes: Sequence[Node],
+    mode: str,
+    cluster: Cluster | None = None,
 ) -> dict[int, tuple[str, ...] | None]:
     """Node sets for pending jobs that can start now, in rank order; None: no hint.
 
     Only per-job GPU requests (--gpus=N) and single-node jobs get hints: rewriting the
-    node count of a per-node request would change how many GPUs it gets.
+    node count of a per-node request would change how many GPUs it gets. With a
+    `cluster` description a job's hint stays on the nodes of its partitions and GPU
+    type (`usable_nodes`; the jobs given here have no node lists of their owner's).
     """
     free = {n.name: n for n in nodes if n.schedulable}
     out: dict[int, tuple[str, ...] | None] = {}
     for job in ranked_pending:
         if job.gpus <= 0:
             continue
+        allowed = usable_nodes(job, cluster, own_lists=True)
         cands = place(
             job.job_id,
             job.gpus,
-            list(free.values()),
+            [n for n in free.values() if allowed is None or n.name in allowed],
             mode=mode,
             model_tag=parse_hints(job.comment).model,
         )

@@ -56,7 +56,9 @@ class Upkeep:
 
     def save_nodes(self, store: Store, nodes: Sequence[Node]) -> None:
         """Keep the nodes' GPU states for the user view; written only when they change."""
-        rows = sorted((n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type) for n in nodes)
+        rows = sorted(
+            (n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type, n.partitions) for n in nodes
+        )
         if rows != self.node_rows:
             store.save_nodes(nodes)
             self.node_rows = rows

@@ -30,6 +30,7 @@ from slurm_ext.slurm.client import (
     SlurmError,
     SlurmUnavailable,
     map_records,
+    parse_private_data,
     write_each,
 )
 from slurm_ext.slurm.command import failure_message, run_command, slurm_env
@@ -182,6 +183,16 @@ class CliSlurmClient:
                 except ValueError:
                     log.warning("sprio: skipping unreadable line %r", line[:200])
         return factors
+
+    def private_data(self) -> frozenset[str]:
+        """PrivateData from `scontrol show config` (the running slurmctld's values);
+        SlurmError when the output has no PrivateData line."""
+        out = self._run(["scontrol", "show", "config"])
+        for line in out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "PrivateData":
+                return parse_private_data(value)
+        raise SlurmError("scontrol show config", "no PrivateData line in its output")
 
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         """GPU jobs that ended since `since` (unix s), from `sacct`; SlurmError with

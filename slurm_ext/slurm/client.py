@@ -44,6 +44,11 @@ class SlurmClient(Protocol):
 
     def nodes(self) -> list[Node]: ...
 
+    def private_data(self) -> frozenset[str]:
+        """slurm.conf's PrivateData as the running slurmctld has it ("jobs", "users",
+        ...; empty for none): what Slurm hides from users about others."""
+        ...
+
     def cluster(self) -> Cluster:
         """The nodes and the partitions (their nodes, MaxTime, default flag, state), with
         each node's GPU type, memory and weight: what a policy needs to know which nodes a
@@ -90,6 +95,12 @@ class SlurmClient(Protocol):
     def resume(self, job_id: int) -> None: ...
 
     def requeue(self, job_id: int) -> None: ...
+
+
+def parse_private_data(value: str) -> frozenset[str]:
+    """`PrivateData` as Slurm prints it ("jobs,usage,users", "none", "") as a set."""
+    items = {v.strip().lower() for v in value.split(",")}
+    return frozenset(items - {"", "none", "(null)"})
 
 
 def map_records(

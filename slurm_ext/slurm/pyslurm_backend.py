@@ -185,6 +185,11 @@ class PySlurmClient:
                     found[int(parts[0])] = (gpus, gtype)
         return found
 
+    def private_data(self) -> frozenset[str]:
+        """PrivateData from `scontrol show config`, as the CLI backend reads it (the
+        service reads it once, at its start: no need for an RPC binding)."""
+        return self._cli.private_data()
+
     def completed_jobs(self, since: float) -> list[CompletedJob]:
         """GPU jobs that ended since `since`, from slurmdbd through pyslurm.db (no sacct)."""
         db = self._pyslurm.db

@@ -267,9 +267,17 @@ class Store:
     def nodes(self) -> list[Node]:
         """The nodes' GPUs as the last pass saw them (what `save_nodes` wrote)."""
         return [
-            Node(name=r[0], state=r[1], gpus=r[2], gpus_alloc=r[3], gpu_type=r[4])
+            Node(
+                name=r[0],
+                state=r[1],
+                gpus=r[2],
+                gpus_alloc=r[3],
+                gpu_type=r[4],
+                partitions=tuple(p for p in r[5].split(",") if p),
+            )
             for r in self.db.execute(
-                "SELECT name, state, gpus, gpus_alloc, gpu_type FROM node_gpus ORDER BY name"
+                "SELECT name, state, gpus, gpus_alloc, gpu_type, partitions FROM node_gpus "
+                "ORDER BY name"
             )
         ]
 
@@ -278,8 +286,12 @@ class Store:
         with self.db:
             self.db.execute("DELETE FROM node_gpus")
             self.db.executemany(
-                "INSERT INTO node_gpus VALUES (?, ?, ?, ?, ?)",
-                [(n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type) for n in nodes],
+                "INSERT INTO node_gpus (name, state, gpus, gpus_alloc, gpu_type, partitions) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (n.name, n.state, n.gpus, n.gpus_alloc, n.gpu_type, ",".join(n.partitions))
+                    for n in nodes
+                ],
             )
 
     # ---- pins ------------------------------------------------------------------------

@@ -117,6 +117,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE completions ADD COLUMN gpus INTEGER;
     """,
+    # 8: a node's partitions (comma-separated), so the user view gives free and
+    # fragmented GPUs per partition and GPU type
+    """
+    ALTER TABLE node_gpus ADD COLUMN partitions TEXT NOT NULL DEFAULT '';
+    """,
 ]
 # a completion row: (job_id, gpu_s, run_s, end_time), optionally followed by the kind
 # (user, name, account, time_limit_s) and then the GPU count

@@ -18,6 +18,10 @@ class ReplayClient:
         self.jobs_snapshot, self.nodes_snapshot = list(jobs), list(nodes)
         self.completed = list(completed)  # what its accounting holds
         self.writes = 0
+        self.private = frozenset[str]()  # its slurm.conf's PrivateData
+
+    def private_data(self) -> frozenset[str]:
+        return self.private
 
     def jobs(self, states: Sequence[str] = ()) -> list[Job]:
         return self.jobs_snapshot

@@ -12,9 +12,13 @@ service's pass:
   wait for readers (Store.checkpoint);
 - a failed read is logged once and retried every `refresh_s`; the last good view is
   served meanwhile, its `as_of` saying how old it is (503 before the first one);
-- at most `rate` answers per second (a burst of `burst`) for all clients together;
-  beyond that a request gets 429 at once: sending the answers is CPU work in the
-  service's process, and this bounds it whatever the clients do;
+- at most `client_rate` answers per second (a burst of `client_burst`) for one client
+  address (an IPv6 /64), and `rate` (a burst of `burst`) for all clients together;
+  beyond either a request gets 429 at once: sending the answers is CPU work in the
+  service's process, the global bucket bounds it whatever the clients do, and the
+  per-client one keeps a single client from taking all of it;
+- what it shows is `privacy` (slurm_ext/userview/privacy.py): "full", "anonymous"
+  (no user names, no group labels that name a user, job or account) or "off";
 - everything else a client can cost is bounded by the listener (ReportListener):
   connections, header size and time, the time to take the answer.
 """
@@ -33,7 +37,16 @@ from slurm_ext.service.listener import Outcome
 from slurm_ext.store.db import Store, StoreError
 from slurm_ext.store.rows import DecisionRecord, JobRecord
 from slurm_ext.userview.page import render_page
-from slurm_ext.userview.rows import explain_info, free_gpus, node_rows, queue_row, sort_rows
+from slurm_ext.userview.privacy import anonymous
+from slurm_ext.userview.rows import (
+    Waiting,
+    explain_info,
+    free_gpus,
+    free_gpus_by_pool,
+    node_rows,
+    queue_row,
+    sort_rows,
+)
 
 log = logging.getLogger("slurm_ext.service.loop")
 
@@ -49,6 +62,32 @@ JSON_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-sto
 JOBS_PREFIX = "/v1/jobs/"
 
 
+MAX_CLIENT_BUCKETS = 4096
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `burst` held; `take` spends one if there is one."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+
+    def full(self, now: float) -> bool:
+        self._refill(now)
+        return self.tokens >= self.burst
+
+    def take(self, now: float) -> bool:
+        self._refill(now)
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 @dataclass(frozen=True)
 class Built:
     """One read of the store, rendered."""
@@ -61,12 +100,12 @@ class Built:
     pins: frozenset[int]
     pass_id: int | None = None  # the last pass the read saw
 
-    def info(self, job_id: int, anonymous: bool) -> dict | None:
+    def info(self, job_id: int, hidden: bool) -> dict | None:
         d, rec = self.decisions.get(job_id), self.records.get(job_id)
         if d is None and rec is None:
             return None
         info = explain_info(job_id, d, rec, job_id in self.pins, self.as_of)
-        return info | {"user": ""} if anonymous else info
+        return anonymous(info) if hidden else info
 
 
 class UserView:
@@ -81,7 +120,11 @@ class UserView:
         rate: float = 20.0,
         burst: int = 40,
         wall=time.time,
+        client_rate: float = 5.0,
+        client_burst: int = 10,
     ) -> None:
+        if privacy not in ("full", "anonymous", "off"):
+            raise ValueError(f"user view privacy {privacy!r}: full, anonymous or off")
         self.store_path = store_path
         self.privacy = privacy
         self.refresh_s = refresh_s
@@ -89,8 +132,9 @@ class UserView:
         self.wall = wall
         self.reads = self.attempts = 0  # full reads and looks at the store (tests count them)
         self._built: Built | None = None  # replaced whole by the refresher: no lock needed
-        self.rate, self.burst = rate, burst
-        self._tokens, self._tokens_at = float(burst), time.monotonic()
+        self._all = TokenBucket(rate, burst)
+        self._clients: dict[str, TokenBucket] = {}
+        self.client_rate, self.client_burst = client_rate, client_burst
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if privacy != "off":
@@ -123,8 +167,9 @@ class UserView:
                 failing = True
             self._stop.wait(self.refresh_s)
 
-    async def answer(self, method: str, path: str) -> Outcome | None:
-        """The answer for a view path, or None when `path` is not one of the view's."""
+    async def answer(self, method: str, path: str, client: str = "") -> Outcome | None:
+        """The answer for a view path, or None when `path` is not one of the view's.
+        `client`: the asking address (listener.client_key), for its own rate limit."""
         if path not in ("/", "/v1/queue") and not path.startswith(JOBS_PREFIX):
             return None
         if self.privacy == "off":
@@ -133,7 +178,7 @@ class UserView:
             return Outcome(
                 405, b"the user view is read-only: GET only\n", headers=(("Allow", "GET"),)
             )
-        if not self._take_token():
+        if not self._take_token(client):
             return Outcome(
                 429,
                 b"too many requests for the view, retry later\n",
@@ -162,15 +207,19 @@ class UserView:
         body = json.dumps(info | {"as_of": built.as_of}, indent=1).encode()
         return Outcome(200, body, JSON, JSON_HEADERS)
 
-    def _take_token(self) -> bool:
-        """The token bucket (called on the listener's one event-loop thread only)."""
+    def _take_token(self, client: str) -> bool:
+        """One token from the client's bucket, then one from everyone's (called on the
+        listener's one event-loop thread only). At most MAX_CLIENT_BUCKETS buckets are
+        kept: past that, the full ones (idle clients) are forgotten, then all of them."""
         now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._tokens_at) * self.rate)
-        self._tokens_at = now
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
+        mine = self._clients.get(client)
+        if mine is None:
+            if len(self._clients) >= MAX_CLIENT_BUCKETS:
+                self._clients = {k: b for k, b in self._clients.items() if not b.full(now)}
+                if len(self._clients) >= MAX_CLIENT_BUCKETS:
+                    self._clients.clear()
+            mine = self._clients[client] = TokenBucket(self.client_rate, self.client_burst)
+        return mine.take(now) and self._all.take(now)
 
     def build(self, previous: Built | None = None) -> Built:
         """Read the store once (one short snapshot) and render every answer; when no pass
@@ -192,9 +241,16 @@ class UserView:
         now = self.wall()
         rows = sort_rows([queue_row(d, records.get(j), now) for j, d in decisions.items()])
         if self.privacy == "anonymous":
-            rows = [r | {"user": ""} for r in rows]
+            rows = [anonymous(r) for r in rows]
         free = free_gpus(nodes, (r["gpus"] for r in rows if r["state"] == "PENDING"))
         nodes_out = node_rows(nodes)
+        # each waiting job in its partitions (the store keeps no GPU type: any type)
+        waits = [
+            Waiting(rec.partition if (rec := records.get(r["job_id"])) else "", None, r["gpus"])
+            for r in rows
+            if r["state"] == "PENDING"
+        ]
+        pools = free_gpus_by_pool(nodes, waits)
         doc = {
             "as_of": now,
             "privacy": self.privacy,
@@ -205,9 +261,12 @@ class UserView:
                 "stranded": free.stranded,
                 "fragmentation": round(free.fragmentation, 3),
             },
+            "free_gpus_by_pool": pools,
             "nodes": nodes_out,
             "jobs": rows,
         }
-        page = render_page(rows, nodes_out, free, last, now, self.max_page_rows, self.privacy)
+        page = render_page(
+            rows, nodes_out, free, last, now, self.max_page_rows, self.privacy, pools
+        )
         queue = json.dumps(doc).encode()
         return Built(now, queue, page, records, decisions, frozenset(pins), pass_id)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from html import escape
 
 from slurm_ext.core.durations import duration
+from slurm_ext.policy import reason_words
 from slurm_ext.userview.rows import FreeGpus
 
 CSS = """
@@ -38,13 +39,27 @@ def _card(title: str, value: str, note: str = "") -> str:
     return f'<div class="card">{escape(title)}<b>{escape(value)}</b>{small}</div>'
 
 
+def _pool_lines(pools: Sequence[dict]) -> str:
+    """Free and fragmented GPUs per partition and GPU type, one line each."""
+    lines = "".join(
+        f"<li>{escape(p['partition'] or '-')} / {escape(p['gpu_type'] or 'untyped')}: "
+        f"{p['free']} free, {p['stranded']} on nodes that cannot take the widest job "
+        f"waiting there ({p['widest_waiting']} GPUs)</li>"
+        for p in pools
+    )
+    return f'<ul class="meta">{lines}</ul>'
+
+
 def _reasons(r: dict) -> str:
     """Slurm's reason, then the service's: its queue, its index and the index's group."""
     why = [escape(r["policy_reason"])] if r["policy_reason"] else []  # names the group
     if r["value_set"] is not None:
         mode = escape((r["mode"] or "value").replace("_", " "))
         why.append(f"{mode} set to {r['value_set']}")
-    return f"<b>{escape(r['reason'] or '-')}</b><br><small>{'; '.join(why)}</small>"
+    words = ""
+    if r["state"] == "PENDING" and r["reason"]:  # Slurm's reason in words
+        words = f" ({escape(reason_words(r['reason']))})"
+    return f"<b>{escape(r['reason'] or '-')}</b>{words}<br><small>{'; '.join(why)}</small>"
 
 
 def _job_row(r: dict) -> str:
@@ -73,8 +88,10 @@ def render_page(
     as_of: float,
     max_rows: int,
     privacy: str,
+    pools: Sequence[dict] = (),
 ) -> bytes:
-    """The whole page as UTF-8 bytes; at most `max_rows` jobs (the JSON has them all)."""
+    """The whole page as UTF-8 bytes; at most `max_rows` jobs (the JSON has them all).
+    pools: `rows.free_gpus_by_pool`, shown as one line each when there are several."""
     when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(as_of))
     waiting = sum(1 for r in rows if r["state"] == "PENDING")
     running = sum(1 for r in rows if r["state"] == "RUNNING")
@@ -109,14 +126,23 @@ def render_page(
         if len(rows) > max_rows
         else ""
     )
-    node_head = "<tr><th>node</th><th>state</th><th>GPUs</th><th>used</th><th>free</th></tr>"
+    node_head = (
+        "<tr><th>node</th><th>partitions</th><th>GPU type</th><th>state</th><th>GPUs</th>"
+        "<th>used</th><th>free</th></tr>"
+    )
     node_body = "".join(
-        f"<tr><td>{escape(n['node'])}</td><td>{escape(n['state'])}</td>"
+        f"<tr><td>{escape(n['node'])}</td><td>{escape(n.get('partitions') or '-')}</td>"
+        f"<td>{escape(n['gpu_type'] or '-')}</td><td>{escape(n['state'])}</td>"
         f'<td class="n">{n["gpus"]}</td><td class="n">{n["gpus_used"]}</td>'
         f'<td class="n">{n["gpus_free"]}</td></tr>'
         for n in nodes
     )
-    privacy_note = " User names are hidden on this site." if privacy == "anonymous" else ""
+    pool_note = _pool_lines(pools) if len(pools) > 1 else ""
+    privacy_note = (
+        " User names, job names and accounts are hidden on this site."
+        if privacy == "anonymous"
+        else ""
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
@@ -127,7 +153,7 @@ def render_page(
 "Why is my job waiting?" in the user guide.{privacy_note} Find your job: /#job-ID.</p>
 <div class="cards">{cards}</div>
 <h2>Queue</h2><table>{head}{body}</table>{more}
-<h2>Nodes</h2><table class="nodes">{node_head}{node_body}</table>
+<h2>Nodes</h2>{pool_note}<table class="nodes">{node_head}{node_body}</table>
 </body></html>
 """
     return page.encode()

@@ -2,7 +2,8 @@
 
 Plain functions shared by the local CLI (`slurm-ext queue/explain`, which read the store
 and Slurm on the controller), the listener's read-only view (slurm_ext/userview/http.py,
-which reads the store only) and `--server URL` (which fetches that view): the row and
+which reads the store only) and `--server URL` (slurm_ext/userview/client.py, which
+fetches that view and checks it against these keys): the row and
 explanation dictionaries have the same keys on every path, so the CLI prints both with
 one table (slurm_ext/cli/inspect.py). A value a path cannot know (the listener never
 asks Slurm for its current priority) is None and printed as "-".
@@ -10,26 +11,12 @@ asks Slurm for its current priority) is None and printed as "-".
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from slurm_ext.core.fragmentation import stranded_gpus
 from slurm_ext.core.model import JobState, Node
 from slurm_ext.store.rows import DecisionRecord, JobRecord
-
-MAX_RESPONSE_BYTES = 64 << 20  # what `fetch_json` reads at most from a --server
-
-
-class ViewError(RuntimeError):
-    """The --server view cannot be read (unreachable, an error status, not JSON)."""
-
-
-class ViewNotFound(ViewError):
-    """The server answered 404 (an unknown job, or the view is off)."""
 
 
 def slurm_reason(reason: str) -> str:
@@ -149,8 +136,53 @@ def free_gpus(nodes: Sequence[Node], waiting_gpus: Iterable[int]) -> FreeGpus:
     return FreeGpus(sum(n.gpus_free for n in usable), widest, stranded)
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A waiting job as the free-GPU figures see it: where it may run and how wide it is."""
+
+    partition: str  # its partitions, comma-separated ("": any)
+    gpu_type: str | None  # None: any type
+    gpus: int
+
+
+def free_gpus_by_pool(nodes: Sequence[Node], waiting: Iterable[Waiting]) -> list[dict]:
+    """`free_gpus` per partition and GPU type: a job runs in one pool, so free GPUs of
+    another partition or type neither fit it nor count as fragmented for it. Each pool's
+    widest waiting job is the widest that may run there (its partitions name the pool's,
+    its type, if any, is the pool's). Nodes with no partition known form pool "". One
+    dict per pool (partition, gpu_type, free, widest_waiting, stranded, fragmentation),
+    by partition then type."""
+    pools: dict[tuple[str, str], list[Node]] = {}
+    for n in nodes:
+        if n.gpus > 0:
+            for part in n.partitions or ("",):
+                pools.setdefault((part, n.gpu_type or ""), []).append(n)
+    jobs = list(waiting)
+    out = []
+    for (part, gtype), members in sorted(pools.items()):
+        widths = [
+            w.gpus
+            for w in jobs
+            if (not part or not w.partition or part in w.partition.split(","))
+            and (w.gpu_type is None or w.gpu_type == gtype)
+        ]
+        f = free_gpus(members, widths)
+        out.append(
+            {
+                "partition": part,
+                "gpu_type": gtype or None,
+                "free": f.free,
+                "widest_waiting": f.widest_waiting,
+                "stranded": f.stranded,
+                "fragmentation": round(f.fragmentation, 3),
+            }
+        )
+    return out
+
+
 def node_rows(nodes: Sequence[Node], with_cpus: bool = False) -> list[dict]:
-    """GPUs (and, for `slurm-ext nodes`, CPUs) used and free per node, by name."""
+    """GPUs (and, for `slurm-ext nodes`, CPUs) used and free per node, by name, with its
+    GPU type and partitions."""
     rows = []
     for n in sorted(nodes, key=lambda n: n.name):
         row = {
@@ -160,39 +192,9 @@ def node_rows(nodes: Sequence[Node], with_cpus: bool = False) -> list[dict]:
             "gpus_used": n.gpus_alloc,
             "gpus_free": n.gpus_free,
             "gpu_type": n.gpu_type,
+            "partitions": ",".join(n.partitions),
         }
         if with_cpus:
             row.update(cpus=n.cpus, cpus_used=n.cpus_alloc)
         rows.append(row)
     return rows
-
-
-# ---- the --server client --------------------------------------------------------------
-
-
-def fetch_json(server: str, path: str, timeout_s: float = 10.0) -> dict:
-    """GET `path` from the service's view at `server` (http://host:port); its JSON
-    document, read up to MAX_RESPONSE_BYTES. Raises ViewError naming what went wrong."""
-    url = urllib.parse.urlsplit(server)
-    if url.scheme not in ("http", "https") or not url.netloc:
-        raise ViewError(f"--server {server!r}: give http://HOST:PORT (the service's listener)")
-    full = urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/") + path, "", ""))
-    try:
-        with urllib.request.urlopen(full, timeout=timeout_s) as r:
-            body = r.read(MAX_RESPONSE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(1024).decode("utf-8", "replace").strip()
-        if exc.code == 404:
-            raise ViewNotFound(f"{full}: {detail or 'not found'}") from exc
-        raise ViewError(f"{full}: HTTP {exc.code}: {detail}") from exc
-    except (OSError, ValueError) as exc:
-        raise ViewError(f"{full}: cannot reach the service: {exc}") from exc
-    if len(body) > MAX_RESPONSE_BYTES:
-        raise ViewError(f"{full}: answer larger than {MAX_RESPONSE_BYTES} bytes")
-    try:
-        doc = json.loads(body)
-    except ValueError as exc:
-        raise ViewError(f"{full}: not the service's JSON view ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise ViewError(f"{full}: not the service's JSON view (not an object)")
-    return doc
