@@ -7,6 +7,10 @@ that need the same room: when the best cannot start, none can) and one heap of r
 jobs, worst on top. Entries carry the job's `key_ver`: an entry whose version is not the
 job's is stale and dropped when it reaches the top. `order()` reads the heaps back so a
 test can check them against `policy.rank` on the same state.
+
+Not the service's key cache (service/rank_cache.py): every re-key here follows an event
+or the wake-up `key_and_change` asked for, so an id-keyed cache of keys would never hit
+and only add its lookups; what the two share is `key_and_change` itself.
 """
 
 from __future__ import annotations
