@@ -36,7 +36,7 @@ def main() -> None:
     samples: list[tuple[float, int, int]] = []  # (CPU s, events, pending jobs)
 
     def sample(done: int, total: int, now: float) -> None:
-        samples.append((time.process_time(), sim.seq, sim.n_pending))
+        samples.append((time.process_time(), sim.seq, sim.state.n_pending))
 
     c0, t0 = time.process_time(), time.perf_counter()
     sim = Simulator(trace, PolicyConfig(policy="gittins"), cluster, progress=sample)

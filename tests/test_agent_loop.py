@@ -164,7 +164,7 @@ def test_restart_recovers_paused_jobs_and_keeps_counters(tmp_path, cg):
 
 
 def test_reports_reach_the_service_and_final_on_job_end(tmp_path, cg):
-    service = _Service()
+    service = _Service(jobs={701})
     try:
         clock = Clock()
         sim = SimulatedGpuReader(1, clock=clock)

@@ -118,9 +118,14 @@ def test_read_secret_permissions(tmp_path):
 
 
 class _Service:
-    """A tiny real HTTP service on 127.0.0.1 that verifies signatures like the real one."""
+    """A tiny real HTTP service on 127.0.0.1 that verifies signatures like the real one.
 
-    def __init__(self) -> None:
+    `jobs`: keep only reports of these job ids. An agent reads every job cgroup of the
+    machine, so one under test also reports the jobs that tests running beside it (another
+    pytest worker) start."""
+
+    def __init__(self, jobs: set[int] | None = None) -> None:
+        self.jobs = jobs
         self.received: list[JobReport] = []
         self.refused = 0
         self.fail_with: int | None = None
@@ -138,7 +143,9 @@ class _Service:
                     self.send_response(401)
                 else:
                     try:
-                        service.received.extend(decode_reports(body))
+                        got = decode_reports(body)
+                        keep = service.jobs
+                        service.received.extend(r for r in got if keep is None or r.job_id in keep)
                         self.send_response(204)
                     except ValueError:
                         self.send_response(400)

@@ -104,7 +104,7 @@ def simulator_decides(cfg: PolicyConfig) -> tuple[list[int], list[int]]:
     for job in sim.jobs:
         sim._rekey(job, NOW)
     order = sim.order()
-    sim._make_room(narrow, NOW)
+    sim.preemption.make_room(narrow, NOW)
     return order, [j.id for j in sim.jobs if j.preemptions]
 
 

@@ -4,12 +4,16 @@
 - Each package of `slurm_ext` imports only the packages below it (LAYERS): the core at the
   bottom, the pure policy over it, the adapters (slurm, store) over those, the shells on top.
 - The policy layer imports only the core's plain data (model, fields) and itself.
-- No import cycle between modules.
+- No import cycle between modules, and at most a few loose modules at the top.
+- Functions stay short outside the CLI (80 lines, 10 parameters).
+- The product states reasons, not session or issue numbers; the benchmarks page and the
+  service's example config stay small enough for an admin to read.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -202,3 +206,70 @@ def test_the_report_format_is_one_module():
 
     assert nodeagent.report.JobReport is slurm_ext.core.reports.JobReport
     assert nodeagent.report.encode_reports is slurm_ext.core.reports.encode_reports
+
+
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 10
+MAX_BENCHMARK_PAGE_LINES = 400
+MAX_SERVICE_TOML_KEYS = 25
+NUMBERED_REFERENCE = re.compile(r"\b[Ss]ession [0-9]+\b|\b[Ii]ssue #?[0-9]+\b")
+
+
+def long_functions(path: Path, repo: Path = REPO) -> list[str]:
+    """Functions of `path` over MAX_FUNCTION_LINES lines or MAX_PARAMETERS parameters
+    (self and cls not counted)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+        count = len(params) + (a.vararg is not None) + (a.kwarg is not None)
+        count -= bool(params) and params[0].arg in ("self", "cls")
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS:
+            out.append(f"{path.relative_to(repo)}:{node.lineno} {node.name} ({lines} lines, "
+                       f"{count} parameters)")  # fmt: skip
+    return out
+
+
+def test_short_functions_outside_the_cli():
+    """The CLI's click commands take one parameter per option; everything else stays short."""
+    paths = [p for p in all_modules().values() if "cli" not in p.relative_to(REPO).parts[1:2]]
+    found = [f for p in paths for f in long_functions(p)]
+    assert not found, found
+
+
+def test_the_product_names_reasons_not_sessions_or_issues():
+    roots = [ROOT, REPO / "nodeagent", REPO / "etc"]
+    found = [
+        f"{p.relative_to(REPO)}:{i}"
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.suffix in (".py", ".toml", ".lua", ".md", "")
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if NUMBERED_REFERENCE.search(line)
+    ]
+    assert not found, found
+
+
+def test_the_admin_surface_stays_small():
+    page = (REPO / "docs" / "benchmarks.md").read_text().splitlines()
+    assert len(page) <= MAX_BENCHMARK_PAGE_LINES
+    toml = (REPO / "etc" / "service.toml").read_text().splitlines()
+    keys = [s for s in toml if re.match(r"#? ?[a-z_]+ *= ", s)]  # set, or shown commented
+    assert len(keys) <= MAX_SERVICE_TOML_KEYS, keys
+
+
+def test_the_size_checks_can_fail(tmp_path):
+    p = tmp_path / "m.py"
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    p.write_text(
+        f"def long():\n{body}\n\ndef wide(self, a, b, c, d, e, f, g, h, i, j, k):\n    pass\n"
+    )
+    found = long_functions(p, tmp_path)
+    assert found == [
+        "m.py:1 long (81 lines, 0 parameters)",
+        "m.py:83 wide (2 lines, 11 parameters)",
+    ]
+    assert NUMBERED_REFERENCE.search("see Session 6") and not NUMBERED_REFERENCE.search("sessions")

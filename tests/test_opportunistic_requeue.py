@@ -129,8 +129,8 @@ def test_the_service_picks_what_the_simulator_requeues():
 
     class Recording(SharingSimulator):
         def _requeue_paused(self, j, now):
-            nodes = {o.id: self.placed[o][0][0] for o in self.on_shards}
-            seen.append((now, j.id, dict(self.paused_since), nodes))
+            nodes = {o.id: self.shares.placed[o][0][0] for o in self.on_shards}
+            seen.append((now, j.id, dict(self.shares.paused_since), nodes))
             super()._requeue_paused(j, now)
 
     cluster = SimConfig(nodes=1, gpus_per_node=2, preemptive=False)

@@ -22,7 +22,7 @@ from slurm_ext.policy.fairshare import (
 )
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.traces import TraceJob
-from slurm_ext.sim.users import FLOOD_USER, synth_user_jobs, with_flooder
+from slurm_ext.sim.users import FLOOD_USER, UserModel, synth_user_jobs, with_flooder
 
 DAY = 86400.0
 
@@ -99,14 +99,14 @@ def test_composed_gittins_key_and_guard():
 def test_simulated_usage_is_the_gpu_time_run():
     """Without decay, the ledger holds exactly each user's GPU-seconds once every job
     ended: the end charges and the passes' charges neither overlap nor miss time."""
-    trace = synth_user_jobs(120, 16, 1.2, seed=3, users=5)
+    trace = synth_user_jobs(120, 16, 1.2, seed=3, model=UserModel(users=5))
     cfg = PolicyConfig(policy="fairshare", fairshare_half_life_s=0)
     sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=8, preemptive=False))
     jobs = sim.run()
-    assert sim.ledger is not None
+    assert sim.keys.ledger is not None
     for user in {j.user for j in jobs}:
         ran = sum(j.gpus * (j.finish - j.start) for j in jobs if j.user == user)
-        assert sim.ledger.raw[user] == pytest.approx(ran, rel=1e-9)
+        assert sim.keys.ledger.raw[user] == pytest.approx(ran, rel=1e-9)
 
 
 def test_fairshare_lets_a_light_user_past_a_heavy_users_backlog():

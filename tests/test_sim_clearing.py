@@ -2,7 +2,7 @@
 
 With requeue costs, a cap or jobs that did not opt in (the defaults: costs and a cap are
 on), a consolidated job's victims come from the per-node walk
-(`NodeClearing._clear_eligible`); `verify_victims` makes every clearing also ask
+(`NodeClearing.clear_eligible`); `verify_victims` makes every clearing also ask
 `choose_victims` on every running job and raise if the two differ, in set or order.
 """
 
@@ -37,8 +37,8 @@ def test_clearing_walk_picks_what_the_rule_picks(policy, cfg, cl):
     sim = Simulator(
         trace, PolicyConfig(policy=policy, **cfg), SimConfig(nodes=4, gpus_per_node=8, **cl)
     )
-    assert not sim.all_preemptible  # the walk, not the all-preemptible tables
-    sim.verify_victims = True
+    assert not sim.clearing.all_preemptible  # the walk, not the all-preemptible tables
+    sim.preemption.verify_victims = True
     jobs = sim.run()
     assert sim.preemptions > 0 and all(j.finish is not None for j in jobs)
 
@@ -46,8 +46,9 @@ def test_clearing_walk_picks_what_the_rule_picks(policy, cfg, cl):
 class _AlwaysRetry(Simulator):
     """The same simulator without the no-room cache: every blocked job tries again."""
 
-    def _may_make_room(self, job, now):
-        return True
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.clearing.may_make_room = lambda job, now: True
 
 
 @pytest.mark.parametrize(

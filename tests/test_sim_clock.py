@@ -21,7 +21,7 @@ CLUSTER = SimConfig(nodes=1, gpus_per_node=2, preemptive=False, restart_overhead
 def _run(clock_s: float) -> tuple[list[float], dict[int, float]]:
     sim = Simulator(TRACE, PolicyConfig(policy="gittins"), replace(CLUSTER, clock_s=clock_s))
     jobs = sim.run()
-    return [c.gpu_s for c in sim.history], {j.id: j.finish for j in jobs}
+    return [c.gpu_s for c in sim.keys.history], {j.id: j.finish for j in jobs}
 
 
 def test_history_learns_run_lengths_in_whole_ticks_and_jcts_stay_exact():

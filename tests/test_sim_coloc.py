@@ -72,7 +72,7 @@ def test_compute_bound_pair_is_paused_by_the_agent():
     sim.run()
     g, o = sim.jobs[0], sim.opp_jobs[0]
     assert g.finish == pytest.approx(1000.0) and o.finish == pytest.approx(2000.0)
-    assert sim.pauses == {2: 1} and sim.resumes == 1
+    assert sim.agents.pauses == {2: 1} and sim.agents.resumes == 1
 
 
 def test_memory_must_fit_and_guaranteed_job_is_protected_when_it_comes_second():
@@ -95,7 +95,7 @@ def test_memory_must_fit_and_guaranteed_job_is_protected_when_it_comes_second():
     # shards only: job 2 runs on a shard of the idle GPU and job 1 lands beside it
     sim = SharingSimulator(trace, FIFO, ONE_GPU, ShareConfig(whole_gpus=False), prof)
     sim.run()
-    assert sim.unjudged == 1 and sim.pauses == {2: 1}
+    assert sim.unjudged == 1 and sim.agents.pauses == {2: 1}
     assert sim.jobs[0].finish == pytest.approx(1100.0)  # never slowed
     assert sim.opp_jobs[0].finish == pytest.approx(2000.0)  # 100 s done, 900 s after 1100
 
@@ -118,9 +118,9 @@ def test_eaco_learns_from_the_simulated_agents_history():
     assert sim.coloc_history.predict({"model": "a"}, 1).slowdown > 0.10
     assert sim.coloc_history.predict({"model": "b"}, 1).power_w > 70
     assert all(j.finish is not None for j in sim.opp_jobs)
-    assert sim.refusals >= 3
+    assert sim.agents.refusals >= 3
     # the first verdict had no history; the later ones took the learnt inputs
-    assert sim.verdicts["configured"] == 1 and sim.verdicts["learnt"] == 3
+    assert sim.agents.verdicts["configured"] == 1 and sim.agents.verdicts["learnt"] == 3
 
 
 def test_mark_opportunistic_is_seeded_and_keeps_trace_flags():
@@ -192,7 +192,7 @@ def test_time_limit_kills_a_guaranteed_job_that_sharing_slowed():
     ]
     sim = SharingSimulator(trace, FIFO, ONE_GPU, ShareConfig(whole_gpus=False), prof)
     sim.run()
-    assert sim.pauses == {2: 1} and sim.opp_jobs[0].finish == pytest.approx(500.0)
+    assert sim.agents.pauses == {2: 1} and sim.opp_jobs[0].finish == pytest.approx(500.0)
     assert sim.opp_jobs[0].timed_out and sim.jobs[0].finish == pytest.approx(1100.0)
 
 
@@ -225,7 +225,7 @@ def test_sharing_under_slurm_backfill():
     j = {x.id: x for x in [*sim.jobs, *sim.opp_jobs]}
     assert j[3].first_start == pytest.approx(30.0) and j[3].finish == pytest.approx(530.0)
     assert j[2].first_start == pytest.approx(1000.0)
-    assert sim.unjudged == 1 and sim.pauses == {4: 1}
+    assert sim.unjudged == 1 and sim.agents.pauses == {4: 1}
     # job 4 ran 25 s alone before the pause, 75 s after 530 s
     assert j[4].finish == pytest.approx(530.0 + 75.0)
     assert sim.timeouts == 0
@@ -240,22 +240,26 @@ class CheckedSharing(SharingSimulator):
     def _respeed(self, now: float) -> None:
         super()._respeed(now)
         per_gpu = {}
-        for k, g in self.gpus.items():
+        for k, g in self.shares.gpus.items():
             active = ([g.guaranteed] if g.guaranteed else []) + [
-                o for o in g.opp if o not in self.paused
+                o for o in g.opp if o not in self.shares.paused
             ]
             if active:
                 sp = speeds([self.profile[j.id] for j in active], self.share.interference)
                 per_gpu[k] = dict(zip(active, sp, strict=True))
-        job_speed = self._job_speeds(per_gpu)
+        job_speed = self.agents.job_speeds(per_gpu)
         busy = [sum(self.profile[j.id].util * job_speed[j] for j in d) for d in per_gpu.values()]
         power = self.share.power
-        watts = sum(power.watts(b) for b in busy) + (len(self.gpus) - len(busy)) * power.idle_w
-        assert self.watts == pytest.approx(watts, rel=1e-12)
-        assert self.busy == pytest.approx(sum(min(1.0, b) for b in busy), rel=1e-12, abs=1e-12)
-        held = sum(1 for g in self.gpus.values() if g.guaranteed is not None or g.opp)
-        assert self.holding == held
-        for job, tr in self.track.items():
+        watts = (
+            sum(power.watts(b) for b in busy) + (len(self.shares.gpus) - len(busy)) * power.idle_w
+        )
+        assert self.meter.watts == pytest.approx(watts, rel=1e-12)
+        assert self.meter.busy == pytest.approx(
+            sum(min(1.0, b) for b in busy), rel=1e-12, abs=1e-12
+        )
+        held = sum(1 for g in self.shares.gpus.values() if g.guaranteed is not None or g.opp)
+        assert self.meter.holding == held
+        for job, tr in self.shares.track.items():
             assert tr.speed == job_speed.get(job, 0.0), job.id
         CheckedSharing.checks += 1
 
@@ -273,7 +277,7 @@ def test_incremental_speeds_match_a_full_recomputation(learnt):
     CheckedSharing.checks = 0
     sim = CheckedSharing(trace, FIFO, cluster, share)
     sim.run()
-    assert CheckedSharing.checks > 300 and sim.pauses and sim.shard_starts
+    assert CheckedSharing.checks > 300 and sim.agents.pauses and sim.shard_starts
 
 
 def _long_neighbour() -> tuple[list[TraceJob], dict[int, JobProfile]]:
@@ -336,8 +340,9 @@ def test_requeued_job_kept_off_the_neighbour_that_paused_it():
         )
         sim.run()
         runs[rule] = sim
-    assert runs["any"].opp_requeues == 5 and runs["any"].paused_by == {2: {1}}
-    assert runs["not_beside"].opp_requeues == 2 and runs["not_beside"].paused_by == {2: {1, 3}}
+    assert runs["any"].opp_requeues == 5 and runs["any"].placement.paused_by == {2: {1}}
+    not_beside = runs["not_beside"]
+    assert not_beside.opp_requeues == 2 and not_beside.placement.paused_by == {2: {1, 3}}
     assert runs["ends_first"].opp_requeues == 4
     for sim in runs.values():
         assert not sim.opp_jobs[0].timed_out and sim.opp_jobs[0].finish <= 1510.0

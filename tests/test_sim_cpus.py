@@ -127,7 +127,7 @@ def test_preemption_releases_cores(placement):
     sim = Simulator(trace, las, cl)
     assert finish_times(sim.run()) == pytest.approx({1: 1045.0, 2: 90.0})
     assert sim.preemptions == 1
-    assert sim.free_cpus == {"n0": 20}
+    assert sim.cluster.free_cpus == {"n0": 20}
     # without the CPU dimension the free GPU is enough: no preemption
     gpus_only = Simulator(trace, las, replace(cl, cpus_per_node=None))
     assert finish_times(gpus_only.run()) == pytest.approx({1: 1000.0, 2: 50.0})
@@ -147,17 +147,17 @@ def test_cores_are_accounted_through_preemptions(placement):
 
     def check(sim, now):
         seen["passes"] += 1
-        used = dict.fromkeys(sim.free_cpus, 0)
+        used = dict.fromkeys(sim.cluster.free_cpus, 0)
         for j in sim.jobs:
             if j.running:
                 for n, g in j.alloc:
                     used[n] += g * j.cpus_per_gpu
-        assert all(sim.free_cpus[n] == 48 - used[n] >= 0 for n in used), now
+        assert all(sim.cluster.free_cpus[n] == 48 - used[n] >= 0 for n in used), now
 
     sim = Simulator(trace, PolicyConfig(policy="gittins"), cl, on_pass=check)
     jobs = sim.run()
     assert sim.preemptions > 0 and seen["passes"] > 0
-    assert sim.free_cpus == dict.fromkeys(sim.free_cpus, 48)
+    assert sim.cluster.free_cpus == dict.fromkeys(sim.cluster.free_cpus, 48)
     assert all(j.finish is not None for j in jobs)
     gpus_only = Simulator(trace, PolicyConfig(policy="gittins"), replace(cl, cpus_per_node=None))
     assert finish_times(gpus_only.run()) != finish_times(jobs)  # cores did bind
@@ -187,7 +187,7 @@ def test_cpu_requests_are_ignored_when_off():
     trace = [job(1, 4, model="overfeat", cpus=1), job(2, 1, submit=5.0, duration=20.0, cpus=1)]
     sim = Simulator(trace, FIFO, SimConfig(nodes=1, gpus_per_node=4))
     assert finish_times(sim.run()) == {1: 1000.0, 2: 1020.0}
-    assert sim.free_cpus is None
+    assert sim.cluster.free_cpus is None
 
 
 def test_a_job_that_cannot_get_its_cores_is_an_error():

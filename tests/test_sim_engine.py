@@ -12,7 +12,7 @@ from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.metrics import percentile, summarize
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.traces import TraceJob, read_trace
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.users import UserModel, synth_user_jobs
 
 DATA = Path(__file__).parent / "data"
 
@@ -82,7 +82,7 @@ def views_match_rank(policy, history=None, policy_kw=None, trace=None, **cluster
             assert got == want, f"t={now}"
             if (policy_kw or {}).get("gittins_classes") == "gpus":
                 # the sim's table is what rank() would build
-                fresh = build_table(list(sim.history), cfg)
+                fresh = build_table(list(sim.keys.history), cfg)
                 assert fresh.classes.keys() == sim.table.classes.keys()
                 assert len(fresh.classes) >= 3
         checked.append(now)
@@ -115,14 +115,14 @@ def test_incremental_order_equals_rank_with_gpu_class_tables():
 def test_incremental_order_equals_rank_with_kind_tables(index, preemptive):
     """Recurring users' kinds, time limits and both indices: the simulator's incremental
     keys are what rank() computes from the same views and table."""
-    trace = synth_user_jobs(200, 16, load=1.3, seed=4, users=6)
+    trace = synth_user_jobs(200, 16, load=1.3, seed=4, model=UserModel(users=6))
     kw = {"gittins_kind_min_samples": 2, "gittins_index": index, "gittins_class_min_samples": 20}
     n = views_match_rank("gittins", policy_kw=kw, trace=trace, preemptive=preemptive)
     assert n > 100
 
 
 def test_kind_tables_are_used_in_the_simulator():
-    trace = synth_user_jobs(300, 16, load=1.2, seed=4, users=6)
+    trace = synth_user_jobs(300, 16, load=1.2, seed=4, model=UserModel(users=6))
     cfg = PolicyConfig(gittins_kind_min_samples=2)
     sim = Simulator(trace, cfg, SimConfig(nodes=2, gpus_per_node=8, preemptive=False))
     labels = []
@@ -137,7 +137,7 @@ def test_kind_tables_are_used_in_the_simulator():
     assert all(
         h.gpu_s == pytest.approx(done_job.attained)
         for h, done_job in zip(
-            sim.history, sorted(done.values(), key=lambda j: j.finish), strict=False
+            sim.keys.history, sorted(done.values(), key=lambda j: j.finish), strict=False
         )
     )
 
@@ -160,7 +160,7 @@ def test_no_oracle_leak_until_first_completion(policy):
     truncation that read a job's own duration would move its key."""
     # +3e4 s: many arrivals, queue changes and preemptions happen before any job ends
     if policy == "gittins-kinds":
-        jobs = synth_user_jobs(60, 16, 1.5, seed=5, users=4)
+        jobs = synth_user_jobs(60, 16, 1.5, seed=5, model=UserModel(users=4))
     else:
         jobs = synth_jobs(60, 16, 1.5, seed=5)
     base = [replace(j, duration_s=j.duration_s + 3e4) for j in jobs]

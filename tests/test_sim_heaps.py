@@ -1,5 +1,5 @@
 """The simulator's heaps drop their stale entries (sim/engine.py `_purge_events`,
-sim/keys.py `_compact_running`) without changing a single decision."""
+sim/keys.py `KeyedQueues.compact_running`) without changing a single decision."""
 
 import pytest
 
@@ -16,11 +16,11 @@ def run(trace, policy, cluster, cap):
     most = {"events": 0, "running": 0}
 
     def on_pass(sim, now):
-        most["events"] = max(most["events"], len(sim.events))
-        most["running"] = max(most["running"], len(sim.running))
+        most["events"] = max(most["events"], len(sim.state.events))
+        most["running"] = max(most["running"], len(sim.keys.running))
 
     sim = Simulator(trace, policy, cluster, on_pass=on_pass)
-    sim.events_cap = sim.running_cap = cap
+    sim.events_cap = sim.keys.running_cap = cap
     jobs = sim.run()
     decisions = [(j.id, j.first_start, j.finish, j.preemptions, j.timed_out) for j in jobs]
     return decisions, (sim.preemptions, sim.timeouts, sim.seq), most

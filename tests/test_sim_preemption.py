@@ -140,7 +140,7 @@ def _snapshot(seed: int):
     now = 1000.0
     starts = sorted((rng.uniform(j.submit, now - 1), j) for j in sim.jobs if rng.random() < 0.7)
     for t, job in starts:
-        alloc = choose_gpus(sim.idx, job.gpus, job.must_consolidate)
+        alloc = choose_gpus(sim.cluster.idx, job.gpus, job.must_consolidate)
         if alloc is None or _per_node(_service_job(job, alloc, t, True)) != alloc:
             continue  # no room, or a split the service's Job cannot express
         sim._start(job, alloc, t)
@@ -151,7 +151,8 @@ def _snapshot(seed: int):
         for j in sim.jobs
     }
     nodes = [
-        Node(name=n, gpus=gpn, gpus_alloc=gpn - f, state="MIXED") for n, f in sim.idx.free.items()
+        Node(name=n, gpus=gpn, gpus_alloc=gpn - f, state="MIXED")
+        for n, f in sim.cluster.idx.free.items()
     ]
     return sim, cfg, placement, jobs, nodes, now
 
@@ -193,12 +194,12 @@ def test_service_and_simulator_pick_the_same_victims(seed):
         return
     job = sim.by_id[pending[0]]
     assert top == job.id
-    if choose_gpus(sim.idx, job.gpus, job.must_consolidate) is not None:
+    if choose_gpus(sim.cluster.idx, job.gpus, job.must_consolidate) is not None:
         assert victims == []
         return
     before = {j.id: j.preemptions for j in sim.jobs}
-    sim.verify_victims = True  # the clearing tables, when used, must agree with the rule
-    sim._make_room(job, now)
+    sim.preemption.verify_victims = True  # the clearing tables, when used, must agree with the rule
+    sim.preemption.make_room(job, now)
     preempted = sorted(j.id for j in sim.jobs if j.preemptions > before[j.id])
     assert sorted(victims) == preempted
 
@@ -209,7 +210,7 @@ def test_clearing_tables_pick_what_the_rule_picks(policy):
     trace = synth_jobs(600, 32, load=1.2, seed=4)
     cfg = PolicyConfig(policy=policy, preemption_cost=False, max_preemptions=0)  # tables on
     sim = Simulator(trace, cfg, SimConfig(nodes=4, gpus_per_node=8))
-    sim.verify_victims = True
+    sim.preemption.verify_victims = True
     sim.run()
     assert sim.preemptions > 0
 

@@ -16,7 +16,7 @@ from slurm_ext.sim.synth import (
     write_tiresias_csv,
 )
 from slurm_ext.sim.traces import read_trace
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.users import UserModel, synth_user_jobs
 
 JOBS = synth_user_jobs(6000, 64, load=1.0, seed=3)
 
@@ -65,7 +65,7 @@ def test_seeded_and_offered_load():
     span = JOBS[-1].submit_time - JOBS[0].submit_time
     assert work / (64 * span) == pytest.approx(1.0, rel=0.1)
     with pytest.raises(ValueError, match="p_oneoff"):
-        synth_user_jobs(10, 8, p_oneoff=1.5)
+        synth_user_jobs(10, 8, model=UserModel(p_oneoff=1.5))
 
 
 def test_tiresias_csv_carries_user_name_limit_checkpoint(tmp_path):

@@ -87,7 +87,7 @@ from slurm_ext.sim.run import simulate
 from slurm_ext.sim.synth import synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
 from slurm_ext.sim.traces import TraceJob, read_trace
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.users import UserModel, synth_user_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 TIRESIAS_60 = (
@@ -116,7 +116,7 @@ def load_trace(
     if name.startswith("synth") and name[5:].isdigit():
         return synth_jobs(jobs, gpus, load, int(name[5:]))
     if name.startswith("users") and name[5:].isdigit():  # recurring users' kinds of jobs
-        return synth_user_jobs(jobs, gpus, load, int(name[5:]), users=users)
+        return synth_user_jobs(jobs, gpus, load, int(name[5:]), UserModel(users=users))
     raise SystemExit(f"unknown trace {name!r} (synthN, usersN or tiresias60)")
 
 

@@ -139,7 +139,7 @@ def simulated(trace: list[TraceJob], args: argparse.Namespace, mode: str) -> dic
     policy = PolicyConfig(policy="fifo") if mode == "slurm" else PolicyConfig()
     sim = Recorded(jobs, policy, cluster)
     sim.run()
-    nodes = dict.fromkeys(sim.idx.free, args.gpus_per_node)
+    nodes = dict.fromkeys(sim.cluster.idx.free, args.gpus_per_node)
     jobs = list(sim.record.values())
     return {**summarize(jobs, nodes, args.gpus_per_node), "best_fit": best_fit_share(jobs, nodes)}
 

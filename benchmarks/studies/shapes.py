@@ -36,7 +36,7 @@ from benchmarks.studies.targets import runs, seeds
 from slurm_ext.sim.engine import Simulator
 from slurm_ext.sim.synth import GpuMix, synth_jobs
 from slurm_ext.sim.timelimits import fill_time_limits
-from slurm_ext.sim.users import SIGMA_WITHIN, synth_user_jobs
+from slurm_ext.sim.users import SIGMA_WITHIN, UserModel, synth_user_jobs
 
 H = 3600.0
 WIDTHS = (1, 2, 4, 8, 16)  # a width class is the widths up to the next one
@@ -108,17 +108,13 @@ def trace(shape: Shape, seed: int):
     kw = {"gpu_choices": mix} if mix else {}
     if shape.model == "flat":
         return fill_time_limits(synth_jobs(shape.jobs, gpus, shape.load, seed, **kw), seed)
-    return synth_user_jobs(
-        shape.jobs,
-        gpus,
-        shape.load,
-        seed,
+    model = UserModel(
         users=shape.users,
         p_oneoff=shape.p_oneoff,
         sigma_within=shape.sigma_within,
         user_skew=shape.user_skew,
-        **kw,
     )
+    return synth_user_jobs(shape.jobs, gpus, shape.load, seed, model, **kw)
 
 
 def one(args: tuple) -> tuple[tuple, dict]:

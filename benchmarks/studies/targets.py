@@ -107,13 +107,17 @@ class Measured(Simulator):
         self.idle_gpu_s += dt * self.last_idle
         self.last_t = now
         widest = max(
-            (b[0] for b, heap in self.pending.items() if self._top(heap, False) is not None),
+            (
+                b[0]
+                for b, heap in self.keys.pending.items()
+                if self.keys.top(heap, False) is not None
+            ),
             default=0,
         )
         if not widest:
             self.last_frag = self.last_idle = 0
             return
-        free = self.idx.free.values()
+        free = self.cluster.idx.free.values()
         self.last_idle = sum(free)
         self.last_frag = stranded_gpus(free, widest, self.cl.gpus_per_node)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from slurm_ext.sim.synth import synth_jobs, write_tiresias_csv
-from slurm_ext.sim.users import synth_user_jobs
+from slurm_ext.sim.users import UserModel, synth_user_jobs
 
 
 @click.group()
@@ -61,9 +61,8 @@ def synth(n, gpus, load, seed, kind_model, n_users, oneoff, checkpoint, output):
         jobs = synth_jobs(n, gpus, load, seed)
     else:
         try:
-            jobs = synth_user_jobs(
-                n, gpus, load, seed, users=n_users, p_oneoff=oneoff, p_checkpoint=checkpoint
-            )
+            model = UserModel(users=n_users, p_oneoff=oneoff, p_checkpoint=checkpoint)
+            jobs = synth_user_jobs(n, gpus, load, seed, model)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
     if output == "-":

@@ -30,29 +30,92 @@ are free already), rebuilt lazily for nodes marked dirty.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from heapq import heappop, heappush
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
-from slurm_ext.policy import choose_gpus
-from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.preemption import requeue_cost_gpu_s
-
-if TYPE_CHECKING:
-    from slurm_ext.sim.engine import Simulator
-    from slurm_ext.sim.simjob import SimJob
+from slurm_ext.policy import choose_gpus, min_nodes, requeue_cost_gpu_s
+from slurm_ext.sim.cluster import Alloc
+from slurm_ext.sim.simjob import SimConfig, SimJob
+from slurm_ext.sim.state import ABOVE_ALL, Engine, SimState
 
 INF = math.inf
-ABOVE_ALL = (2,)  # compares above every key (keys start with 0 or 1): "nothing to preempt"
 _first = itemgetter(0)
 
 
-class NodeClearing:
-    """Mixin of `Simulator`: the clearing tables and the no-room cache."""
+def all_may_go(every_job_preemptible: bool, state: SimState) -> bool:
+    """Whether every running job may always be preempted, so that the all-preemptible
+    tables apply: not with a preemption cap, requeue costs or a per-pass requeue cap."""
+    rule = state.cfg.max_preemptions > 0 or state.cfg.preemption_cost
+    rule = rule or state.cl.max_requeues_per_pass > 0
+    return every_job_preemptible and not rule
 
-    def _may_make_room(self: Simulator, job: SimJob, now: float) -> bool:
-        """False if `_make_room` would fail as it did last time (see `no_room`)."""
+
+def max_requeue_cost(jobs: Sequence[SimJob], cl: SimConfig) -> float:
+    """The most GPU-seconds a requeue can cost (`requeue_cost_gpu_s`): a waiting job whose
+    gain covers it finds every job that may ever go eligible."""
+    widest = max((j.gpus for j in jobs), default=0)
+    return widest * (cl.checkpoint_interval_s + cl.requeue_restart_s)
+
+
+class NodeClearing:
+    """The clearing tables and the no-room cache of one run; it preempts through the
+    engine (`Engine._preempt`)."""
+
+    def __init__(
+        self, state: SimState, engine: Engine, all_preemptible: bool, max_lost: float
+    ) -> None:
+        self.cfg, self.cl, self.engine = state.cfg, state.cl, engine
+        cluster = state.cluster
+        self.cluster, self.idx, self.free_cpus = cluster, cluster.idx, cluster.free_cpus
+        self.on_node, self.node_names, self.node_pos = (
+            cluster.on_node,
+            cluster.node_names,
+            cluster.node_pos,
+        )
+        self.all_preemptible, self.max_lost = all_preemptible, max_lost
+        self.cleared: list[int] = []  # the last clearing's victims (tests)
+        # the no-room cache (module docstring): stops and rises of running keys, the
+        # nodes where room may have grown, and the keys of the jobs that found none
+        self.epoch = 0
+        self.no_room: dict[int, tuple] = {}
+        self.grown: list[str] = []
+        self.blocked_keys: list[tuple] = []
+        self.blocked_job: dict[tuple, SimJob] = {}
+        self.blocked_limit = 1024
+        self.node_worst: dict[str, list[tuple[tuple, int, SimJob]]] = {
+            n: [] for n in self.node_names
+        }
+        # need_by[t * nodes + i] = need[t] of the i-th node (a column per t, so a clearing
+        # attempt scans one slice in C; a node's table is written with one slice store)
+        self.need_by: list[tuple] = [ABOVE_ALL] * (len(self.node_names) * (self.idx.capacity + 1))
+        self.dirty: set[str] = set(self.node_names)  # nodes whose table is stale
+
+    def job_left(self, alloc: Alloc) -> None:
+        """A job stopped on `alloc`'s nodes: room grew there."""
+        self.epoch += 1
+        dirty, grown = self.dirty, self.grown
+        for n, _ in alloc:
+            dirty.add(n)
+            grown.append(n)
+
+    def running_key_rose(self, job: SimJob, old: tuple, key: tuple) -> None:
+        """Running `job`'s key rose from `old` to `key`: room grew for the jobs it now
+        ranks below. (The keys mark its nodes' tables stale in `dirty` themselves.)"""
+        self.epoch += 1
+        blocked = self.blocked_keys
+        if blocked:
+            i = bisect_right(blocked, old)
+            if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
+                self._rose_past(job, i, bisect_left(blocked, key))
+
+    def no_room_for(self, job: SimJob) -> None:
+        """Record a failed attempt for a job that need not consolidate."""
+        self.no_room[job.id] = (job.key_ver, self.epoch)
+
+    def may_make_room(self, job: SimJob, now: float) -> bool:
+        """False if `Preemption.make_room` would fail as it did last time (`no_room`)."""
         rec = self.no_room.get(job.id)
         if rec is None or rec[0] != job.key_ver:
             return True
@@ -88,7 +151,7 @@ class NodeClearing:
         self.no_room[job.id] = (rec[0], len(grown), tuple(room), rec[3])
         return False
 
-    def _rose_past(self: Simulator, job: SimJob, i: int, j: int) -> None:
+    def _rose_past(self, job: SimJob, i: int, j: int) -> None:
         """Running `job`'s key rose past blocked_keys[i:j]: log its nodes if one of
         those jobs is still blocked with that key, else drop the stale keys."""
         blocked, blocked_job = self.blocked_keys, self.blocked_job
@@ -101,7 +164,7 @@ class NodeClearing:
             del blocked_job[k]
         del blocked[i:j]
 
-    def _clear_nodes(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+    def clear_nodes(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """Free whole-node room for a consolidated job by preempting lower-ranked jobs.
 
         As for other jobs, the worst-ranked go first: the nodes picked are those whose
@@ -126,14 +189,14 @@ class NodeClearing:
         col = self.need_by[target * n : (target + 1) * n]
         top = max(col)  # the first node's, among equals
         if not top > jk:
-            return self._no_room_here(job, ())
+            return self.no_room_here(job, ())
         if need_nodes == 1:
             best = [col.index(top)]
         else:
             best = sorted(range(len(col)), key=col.__getitem__, reverse=True)[:need_nodes]
             if not col[best[-1]] > jk:
                 names = self.node_names
-                return self._no_room_here(job, tuple(names[i] for i in best if col[i] > jk))
+                return self.no_room_here(job, tuple(names[i] for i in best if col[i] > jk))
         cpg = job.cpus_per_gpu
         for node in (self.node_names[i] for i in best):
             here = self.on_node[node]
@@ -142,11 +205,11 @@ class NodeClearing:
                 if self.cluster.fits(share, cpg) or not key > jk:
                     break
                 if v in here:  # not gone already with an earlier node
-                    self._preempt(v, now, release=True)
+                    self.engine._preempt(v, now, release=True)
                     self.cleared.append(v.id)
         return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
 
-    def _clear_eligible(self: Simulator, job: SimJob, now: float) -> list[tuple[str, int]] | None:
+    def clear_eligible(self, job: SimJob, now: float) -> list[tuple[str, int]] | None:
         """`choose_victims` for a consolidated job when the rule may leave some running
         jobs (not opted in, capped, or costing more than the job's wait gains): the same
         victims, in the rule's order (worst first).
@@ -174,7 +237,7 @@ class NodeClearing:
         else:
             needs, retry = self._walk_needs(job, col, now, gain)
         if len(needs) < need_nodes:
-            return self._no_room_here(job, tuple(names[p] for _, p in needs), retry)
+            return self.no_room_here(job, tuple(names[p] for _, p in needs), retry)
         needs.sort(key=_first, reverse=True)  # stable: node order among equal needs
         # the victims: on each picked node, worst first until the job's GPUs and cores
         # are free there, counting those the victims picked so far free
@@ -199,14 +262,14 @@ class NodeClearing:
                     freed[m] = freed.get(m, 0) + g
                     freed_cpus[m] = freed_cpus.get(m, 0) + g * v.cpus_per_gpu
         for v in sorted(gone, key=gone.__getitem__, reverse=True):  # worst first
-            self._preempt(v, now, release=True)
+            self.engine._preempt(v, now, release=True)
             self.cleared.append(v.id)
         if not gone:
-            return self._no_room_here(job, tuple(names))
+            return self.no_room_here(job, tuple(names))
         return choose_gpus(self.idx, job.gpus, True, self.cluster.cpus(job.cpus_per_gpu))
 
     def _walk_needs(
-        self: Simulator, job: SimJob, col: list[tuple], now: float, gain: float
+        self, job: SimJob, col: list[tuple], now: float, gain: float
     ) -> tuple[list[tuple[tuple, int]], float]:
         """(need, node position) in node order of the nodes that can give `job` its GPUs
         with the jobs the rule lets go at this gain, and the gain from which a job it
@@ -266,10 +329,10 @@ class NodeClearing:
         needs.sort(key=itemgetter(1))
         return needs, retry
 
-    def _may_go_now(self: Simulator, v: SimJob, now: float, gain: float | None) -> bool:
+    def _may_go_now(self, v: SimJob, now: float, gain: float | None) -> bool:
         """`policy.preemption.eligible` for running job `v` ranked below a waiting job
         that gains `gain` GPU-seconds (None: costs not weighed): it may ever go, and its
-        requeue costs no more (`requeue_cost_gpu_s` on its stint, as `_running_view`)."""
+        requeue costs no more (`requeue_cost_gpu_s` on its stint, as `Preemption.running_view`)."""
         if not self._may_ever_go(v):
             return False
         if gain is None or gain >= self.max_lost:
@@ -280,7 +343,7 @@ class NodeClearing:
         )
         return lost <= gain
 
-    def _may_ever_go(self: Simulator, v: SimJob) -> bool:
+    def _may_ever_go(self, v: SimJob) -> bool:
         """Whether the rule could ever preempt running job `v` as it is (the part of
         `policy.preemption.eligible` that holds for its whole stint: opted in, under
         the cap; a job ranked below a waiting one is past `min_run_s`, else its key
@@ -288,9 +351,7 @@ class NodeClearing:
         cap = self.cfg.max_preemptions
         return v.preemptible and (cap <= 0 or v.preemptions < cap)
 
-    def _no_room_here(
-        self: Simulator, job: SimJob, room: tuple[str, ...], retry: float = INF
-    ) -> None:
+    def no_room_here(self, job: SimJob, room: tuple[str, ...], retry: float = INF) -> None:
         """Record a failed clearing for `job`; `room`: the nodes that could give it room;
         `retry`: the gain (GPU-seconds) from which requeue costs may let it through."""
         self.no_room[job.id] = (job.key_ver, len(self.grown), room, retry)
@@ -309,7 +370,7 @@ class NodeClearing:
                 self.blocked_keys = sorted(live)
                 self.blocked_limit = max(1024, 2 * len(live))
 
-    def _index_nodes(self: Simulator) -> None:
+    def _index_nodes(self) -> None:
         """Rebuild the per-node clearing tables of the nodes whose jobs or keys changed."""
         cap1 = self.idx.capacity + 1
         free_of = self.idx.free

@@ -16,8 +16,11 @@ one sample, 5 s). With EaCO on, each verdict takes its slowdown and power from a
 
 A job's speed is the slowest of its GPUs'; speeds, finish times and energy are updated
 at every change. This is a subclass of the engine rather than a part of it so that the
-engine stays untouched; it overrides `_start`, `_stop`, `_complete`, `_rekey`, `_pass` and
-`_backfill` (Slurm's backfill pass starts jobs too).
+engine stays untouched; it extends the engine's job transitions `_start`, `_stop`,
+`_complete`, `_rekey`, `_pass` and `_backfill` (Slurm's backfill pass starts jobs too),
+which the engine's parts call too. Its own parts: the GPUs' occupants (`GpuShares`) and
+power (`Meter`) in sim/coloc_gpus.py, the agents (sim/coloc_agents.py) and where a job
+goes on shards (sim/coloc_place.py, with sim/coloc_giveway.py's offer rule).
 """
 
 from __future__ import annotations
@@ -27,14 +30,13 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 
 from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy import colocation as co
 from slurm_ext.policy import opportunistic as opp_rules
-from slurm_ext.sim.coloc_agents import SimulatedAgents
-from slurm_ext.sim.coloc_giveway import GiveWay
+from slurm_ext.sim.cluster import Alloc
+from slurm_ext.sim.coloc_agents import SimulatedAgents, Speeds
+from slurm_ext.sim.coloc_gpus import GpuShares, Meter
 from slurm_ext.sim.coloc_history import ColocHistory, Observation
 from slurm_ext.sim.coloc_model import (
     DEFAULT_SHARE,
-    Gpu,
     GpuKey,
     ShareConfig,
     Track,
@@ -43,16 +45,21 @@ from slurm_ext.sim.coloc_model import (
     work_at,
 )
 from slurm_ext.sim.coloc_place import ShardPlacement
-from slurm_ext.sim.engine import FINISH, INF, WAKE, SimConfig, SimJob, Simulator
+from slurm_ext.sim.engine import SimConfig, SimJob, Simulator
 from slurm_ext.sim.sharing import JobProfile
+from slurm_ext.sim.state import FINISH, INF, WAKE
 from slurm_ext.sim.traces import TraceJob
+
+__all__ = ["ShareConfig", "SharingSimulator"]
 
 
 def _job_id(job: SimJob) -> int:
     return job.id
 
 
-class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
+class SharingSimulator(Simulator):
+    """The engine with opportunistic jobs on GPU shards beside it (module docstring)."""
+
     def __init__(
         self,
         trace: Sequence[TraceJob],
@@ -68,7 +75,7 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
         self.trace = {t.job_id: t for t in trace}
         given = profiles or {}
         self.profile = {t.job_id: given.get(t.job_id) or profile_of(t, share) for t in trace}
-        self.opp_queue: list[tuple[float, int, SimJob]] = []
+        self.opp_queue: list[tuple[float, int, SimJob]] = []  # FIFO for shards
         self.queued: set[SimJob] = set()
         self.on_shards: set[SimJob] = set()  # opportunistic jobs running on shards
         if share.whole_gpus:  # in the engine's queue too: whichever starts them first
@@ -76,99 +83,56 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
         else:
             self.opp_jobs = [SimJob(t, False) for t in trace if t.opportunistic]
             for j in self.opp_jobs:  # arrivals as wake-ups: the run loop calls _rekey
-                self._push_event(j.submit, WAKE, j, j.key_ver)
+                self.state.push_event(j.submit, WAKE, j, j.key_ver)
         self.opp = set(self.opp_jobs)
-        self.gpus: dict[GpuKey, Gpu] = {
-            (n, i): Gpu() for n in self.node_names for i in range(cluster.gpus_per_node)
-        }
-        self.placed: dict[SimJob, list[GpuKey]] = {}
-        self.track: dict[SimJob, Track] = {}
-        self.paused: set[SimJob] = set()  # paused by any node's agent
-        # each agent resumes only what it paused (it freezes the job's processes on its
-        # own node, which stalls the whole job)
-        self.node_paused: dict[str, set[SimJob]] = {n: set() for n in self.node_names}
-        self.agents = {n: co.CoState() for n in self.node_names}
-        self.changed: set[str] = set()  # nodes whose agent must look again
-        self.stale = True  # occupants or pauses changed since the last `_respeed`
-        # each active GPU's jobs' speeds, recomputed for the GPUs in `dirty_gpus` only
-        self.gpu_speed: dict[GpuKey, dict[SimJob, float]] = {}
-        self.dirty_gpus: set[GpuKey] = set()
-        # what `_respeed` keeps per GPU and job, and the GPUs changed since it last ran
-        self.respeed_gpus: set[GpuKey] = set()
-        self.job_speed: dict[SimJob, float] = {}
-        self.gpu_watts: dict[GpuKey, float] = {}  # active GPUs only
-        self.gpu_busy: dict[GpuKey, float] = {}
-        self.held_gpus: set[GpuKey] = set()
-        self.seen_speed: dict[SimJob, float] = {}
-        self._util_cache: dict[int, float | None] = {}
+        self.shares = GpuShares.of(self.cluster.node_names, cluster.gpus_per_node)
         self.coloc_history = ColocHistory(sqlite3.connect(":memory:"))
-        self.t_last = 0.0
-        self.energy_j = 0.0
-        self.held_energy_j = 0.0  # GPUs that hold a job only (idle ones as if powered off)
-        self.held_watts = 0.0
-        self.holding = 0  # GPUs holding a job now
-        self.held_gpu_s = 0.0  # integral of `holding`
-        self.busy_gpu_s = 0.0  # integral of the GPUs' summed busy fraction
-        self.watts = cluster.nodes * cluster.gpus_per_node * share.power.idle_w
-        self.busy = 0.0
-        self.pauses: dict[int, int] = {}
-        self.resumes = 0
-        self.refusals = 0
+        self.agents = SimulatedAgents(
+            self.shares, share, self.profile, self.trace, self.opp, self.coloc_history, self.state
+        )
+        self.placement = ShardPlacement(
+            self.shares, share, self.profile, self.trace, self.coloc_history,
+            self.cluster.node_names,
+        )  # fmt: skip
+        idle_w = cluster.nodes * cluster.gpus_per_node * share.power.idle_w
+        self.meter = Meter(idle_w, self.shares.track)
+        self.job_speed: dict[SimJob, float] = {}  # each running job's speed (`_respeed`)
         self.shard_starts = 0  # opportunistic jobs started on shards (not whole GPUs)
-        self.verdicts: dict[str, int] = {}  # EaCO verdicts by input source: learnt/configured
         self.stretch: dict[int, list[float]] = {}  # job id -> [wall at base rate, work]
         self.unjudged = 0  # guaranteed starts beside an opportunistic job already running
-        self.paused_since: dict[int, float] = {}  # opportunistic job id -> pause time
         self.opp_requeues = 0  # paused past share.max_pause_s and requeued
-        self.paused_by: dict[int, set[int]] = {}  # requeued job id -> guaranteed job ids
         self.span = (min((t.submit_time for t in trace), default=0.0), 0.0)
 
     # ---- time --------------------------------------------------------------------------
-    def _advance(self, now: float) -> None:
-        dt = now - self.t_last
-        if dt > 0:
-            self.energy_j += self.watts * dt
-            self.held_energy_j += self.held_watts * dt
-            self.busy_gpu_s += self.busy * dt
-            self.held_gpu_s += self.holding * dt
-            for tr in self.track.values():
-                s = tr.sums
-                base = 3 if tr.shared else 0
-                s[base] += dt
-                s[base + 1] += tr.util * dt
-                s[base + 2] += tr.watts * dt
-                if tr.shared:
-                    s[6] += tr.speed * dt
-            self.t_last = now
-
     def _progress(self, job: SimJob, now: float) -> float:
-        return work_at(self.track[job], now)
+        return work_at(self.shares.track[job], now)
 
     # ---- guaranteed jobs (engine hooks) ------------------------------------------------
-    def _start(self, job: SimJob, alloc: list[tuple[str, int]], now: float) -> None:
-        self._advance(now)
+    def _start(self, job: SimJob, alloc: Alloc, now: float) -> None:
+        self.meter.advance(now)
         super()._start(job, alloc, now)
+        sh = self.shares
         keys: list[GpuKey] = []
         for node, count in alloc:
-            free = [k for k in self._node_gpus(node) if self.gpus[k].guaranteed is None]
-            free.sort(key=lambda k: len(self.gpus[k].opp))  # clear GPUs first
+            free = [k for k in sh.node_gpus(node) if sh.gpus[k].guaranteed is None]
+            free.sort(key=lambda k: len(sh.gpus[k].opp))  # clear GPUs first
             for k in free[:count]:
-                g = self.gpus[k]
+                g = sh.gpus[k]
                 g.guaranteed = job
-                self._touch((k,))
-                if job not in self.opp and any(o not in self.paused for o in g.opp):
+                sh.touch((k,))
+                if job not in self.opp and any(o not in sh.paused for o in g.opp):
                     self.unjudged += 1
                 keys.append(k)
-            self.changed.add(node)
-        self.placed[job] = keys
-        self.track[job] = Track(
+            sh.changed.add(node)
+        sh.placed[job] = keys
+        sh.track[job] = Track(
             now, job.progress, 1.0 / job.slowdown, now + job.overhead, p_start=job.progress
         )
 
     def _stop(self, job: SimJob, now: float, release: bool = True) -> None:
         if job in self.on_shards:
             return
-        self._advance(now)
+        self.meter.advance(now)
         done = min(job.duration, self._progress(job, now))
         self._leave(job, now)
         super()._stop(job, now, release)
@@ -176,7 +140,7 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
 
     def _complete(self, job: SimJob, now: float) -> None:
         if job in self.on_shards:
-            self._advance(now)
+            self.meter.advance(now)
             job.progress = min(job.duration, self._progress(job, now))
             self._leave(job, now)
             self.on_shards.discard(job)
@@ -196,9 +160,8 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
     def _rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
         if job in self.on_shards:
             # not the engine's while it runs on shards; a wake-up is its pause bound
-            if wake and job.id in opp_rules.overdue(
-                {job.id: self.paused_since.get(job.id, INF)}, now, self.share.max_pause_s
-            ):
+            since = self.shares.paused_since.get(job.id, INF)
+            if wake and job.id in opp_rules.overdue({job.id: since}, now, self.share.max_pause_s):
                 self._requeue_paused(job, now)
             return
         if job in self.opp and job not in self.queued and job.finish is None:
@@ -218,28 +181,101 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
 
     def _settle(self, now: float) -> None:
         """After the engine started jobs: agents look, shards are filled, speeds follow."""
-        self._advance(now)
-        self._agents()  # a new guaranteed job is sampled alone first
+        self.meter.advance(now)
+        self.agents.look(self.meter.t_last)  # a new guaranteed job is sampled alone first
         self._place_opportunistic(now)
-        self._agents()
+        self.agents.look(self.meter.t_last)
         self._respeed(now)
 
+    # ---- opportunistic jobs ------------------------------------------------------------
+    def _place_opportunistic(self, now: float) -> None:
+        """Start the queued opportunistic jobs that find shards, first come first."""
+        keep = []
+        while self.opp_queue:
+            entry = heapq.heappop(self.opp_queue)
+            job = entry[2]
+            if job.running or job.finish is not None or job.stints > 0:
+                continue  # the engine gave it whole GPUs: it stays the engine's
+            limit = self.share.max_shard_gpus
+            if limit and job.gpus > limit and self.share.whole_gpus:
+                continue  # whole GPUs only
+            keys = self.placement.find(job, self.meter.t_last)
+            if keys is None:
+                keep.append(entry)
+                continue
+            self._start_on_shards(job, keys, now)
+        for entry in keep:
+            heapq.heappush(self.opp_queue, entry)
+
+    def _start_on_shards(self, job: SimJob, keys: list[GpuKey], now: float) -> None:
+        sh = self.shares
+        sh.touch(keys)
+        for k in keys:
+            sh.gpus[k].opp.append(job)
+            sh.changed.add(k[0])
+        sh.placed[job] = keys
+        self.on_shards.add(job)
+        self.shard_starts += 1
+        job.running = True
+        job.killed = False
+        job.key_ver += 1  # its entry in the engine's queue goes stale
+        self.keys.pending_ver += 1
+        if self.share.whole_gpus:
+            self.state.n_pending -= 1  # the engine counted it pending
+            self.scheduler.bf_changed = True
+        job.start = now
+        if job.first_start is None:
+            job.first_start = now
+        # _respeed sets rate and speed and pushes the stint's end (its time limit even
+        # when paused at once: speed -1 is "not computed yet", never skipped); a requeued
+        # job goes on from its checkpoint
+        sh.track[job] = Track(now, job.progress, 0.0, now, speed=-1.0, p_start=job.progress)
+
+    def _requeue_paused(self, job: SimJob, now: float) -> None:
+        """What the service does to a job paused past the bound (`policy.opportunistic`):
+        `scontrol requeue`. It leaves its shard, keeps the work up to its last checkpoint
+        and queues again (for shards, and whole GPUs too with `whole_gpus`), its time
+        limit starting afresh."""
+        self.meter.advance(now)
+        done = min(job.duration, self._progress(job, now))
+        ck = self.cl.checkpoint_interval_s
+        sh = self.shares
+        by = self.placement.paused_by.setdefault(job.id, set())
+        by.update(g.id for k in sh.placed.get(job, ()) if (g := sh.gpus[k].guaranteed))
+        self._leave(job, now)
+        self.on_shards.discard(job)
+        sh.paused_since.pop(job.id, None)
+        job.progress = (done // ck) * ck if ck > 0 else done
+        job.running = False
+        job.run_ver += 1
+        job.key_ver += 1
+        self.opp_requeues += 1
+        heapq.heappush(self.opp_queue, (job.submit, job.id, job))
+        if self.share.whole_gpus:
+            self.state.n_pending += 1
+            self.keys.pending_ver += 1
+            self.scheduler.bf_changed = True
+            self.keys.rekey(job, now)  # the engine's queue
+        sh.touch(())
+
+    # ---- leaving, speeds ---------------------------------------------------------------
     def _leave(self, job: SimJob, now: float) -> None:
         """Take a stopping job off its GPUs; its history goes to the store."""
-        self._touch(self.placed.get(job, ()))
-        for k in self.placed.pop(job, []):
-            g = self.gpus[k]
+        sh = self.shares
+        sh.touch(sh.placed.get(job, ()))
+        for k in sh.placed.pop(job, []):
+            g = sh.gpus[k]
             if g.guaranteed is job:
                 g.guaranteed = None
             elif job in g.opp:
                 g.opp.remove(job)
-            self.changed.add(k[0])
-        self.paused.discard(job)
-        self.paused_since.pop(job.id, None)
-        for held in self.node_paused.values():
+            sh.changed.add(k[0])
+        sh.paused.discard(job)
+        sh.paused_since.pop(job.id, None)
+        for held in sh.node_paused.values():
             held.discard(job)
-        tr = self.track.pop(job, None)
-        self.seen_speed.pop(job, None)
+        tr = sh.track.pop(job, None)
+        self.agents.forget(job)
         self.job_speed.pop(job, None)
         if tr is not None and now > tr.from_t:
             # wall seconds run (at the engine's own rate) against work done: the stretch
@@ -249,45 +285,48 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
             st[0] += (now - tr.from_t) * base
             st[1] += work_at(tr, now) - tr.p_start
         if tr is not None and (self.share.agent.eaco is not None or self.share.learnt_placement):
-            self._util_cache.clear()
-            s = tr.sums
-            t = self.trace[job.id]
-            self.coloc_history.record(
-                [
-                    Observation(
-                        kind_keys(t),
-                        alone_s=s[0],
-                        alone_util=s[1] / s[0] if s[0] else 0.0,
-                        alone_power_w=s[2] / s[0] if s[0] else 0.0,
-                        shared_s=s[3],
-                        shared_util=s[4] / s[3] if s[3] else 0.0,
-                        shared_power_w=s[5] / s[3] if s[3] else 0.0,
-                        shared_speed=min(1.5, s[6] / s[3]) if s[3] else 1.0,
-                    )
-                ]
-            )
+            self._record(job, tr)
         self._respeed(now)
+
+    def _record(self, job: SimJob, tr: Track) -> None:
+        """What the agents measured of `job`'s run, into the co-location history."""
+        self.placement.util_cache.clear()
+        s = tr.sums
+        self.coloc_history.record(
+            [
+                Observation(
+                    kind_keys(self.trace[job.id]),
+                    alone_s=s[0],
+                    alone_util=s[1] / s[0] if s[0] else 0.0,
+                    alone_power_w=s[2] / s[0] if s[0] else 0.0,
+                    shared_s=s[3],
+                    shared_util=s[4] / s[3] if s[3] else 0.0,
+                    shared_power_w=s[5] / s[3] if s[3] else 0.0,
+                    shared_speed=min(1.5, s[6] / s[3]) if s[3] else 1.0,
+                )
+            ]
+        )
 
     def _respeed(self, now: float) -> None:
         """Recompute the running jobs' speeds, rates and finish times and the GPUs' power:
         all a function of the GPUs' occupants and the pauses, so only when those changed,
         and only for the GPUs that changed (`respeed_gpus`), the jobs on them and those
         jobs' other GPUs (a job runs at its slowest GPU's speed)."""
-        if not self.stale:
+        sh = self.shares
+        if not sh.stale:
             return
-        self.stale = False
-        per_gpu = self._speeds()
-        power = self.share.power
-        gpus, track, placed, paused = self.gpus, self.track, self.placed, self.paused
+        sh.stale = False
+        per_gpu = self.agents.speeds()
+        gpus, placed, paused = sh.gpus, sh.placed, sh.paused
         jobs: set[SimJob] = set()
-        for k in self.respeed_gpus:
+        for k in sh.respeed_gpus:
             g = gpus[k]
             if g.guaranteed is not None:
                 jobs.add(g.guaranteed)
             jobs.update(g.opp)
         job_speed = self.job_speed
-        affected = set(self.respeed_gpus)
-        self.respeed_gpus.clear()
+        affected = set(sh.respeed_gpus)
+        sh.respeed_gpus.clear()
         for j in jobs:
             keys = placed.get(j, ())
             affected.update(keys)
@@ -297,37 +336,14 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
                 if d is not None and j in d and d[j] < sp:
                     sp = d[j]
             job_speed[j] = 0.0 if j in paused else sp
-        on_affected: set[SimJob] = set()
-        for k in sorted(affected):  # sorted: sums and events in the same order every run
-            g = gpus[k]
-            if g.guaranteed is not None or g.opp:
-                self.held_gpus.add(k)
-                if g.guaranteed is not None:
-                    on_affected.add(g.guaranteed)
-                on_affected.update(g.opp)
-            else:
-                self.held_gpus.discard(k)
-            d = per_gpu.get(k)
-            if d is None:
-                self.gpu_watts.pop(k, None)
-                self.gpu_busy.pop(k, None)
-                continue
-            b = sum(self.profile[j.id].util * job_speed[j] for j in d)
-            self.gpu_busy[k] = min(1.0, b)
-            self.gpu_watts[k] = power.watts(b)
-        gpu_watts = self.gpu_watts
-        watts = sum(gpu_watts.values())
-        used = len(gpu_watts)
-        self.watts = watts + (len(gpus) - used) * power.idle_w
-        self.holding = len(self.held_gpus)
-        self.held_watts = watts + (self.holding - used) * power.idle_w
-        self.busy = sum(self.gpu_busy.values())
+        on_affected = self._repower(sorted(affected), per_gpu)
+        power, gpu_watts = self.share.power, self.meter.gpu_watts
         for job in sorted(on_affected, key=_job_id):
-            tr = track.get(job)
+            tr = sh.track.get(job)
             if tr is None:
                 continue
             s = job_speed.get(job, 0.0)
-            keys = self.placed.get(job, [])
+            keys = placed.get(job, [])
             tr.util = self.profile[job.id].util * s
             tr.watts = sum(gpu_watts.get(k, power.idle_w) for k in keys) / max(1, len(keys))
             tr.shared = s > 0 and any(len(per_gpu.get(k, ())) > 1 for k in keys)
@@ -338,12 +354,47 @@ class SharingSimulator(SimulatedAgents, GiveWay, ShardPlacement, Simulator):
             tr.p0 = self._progress(job, now)
             tr.t0, tr.rate, tr.speed = now, rate, s
             job.run_ver += 1
-            end = INF
-            if rate > 0:
-                end = max(now, tr.from_t) + max(0.0, job.duration - tr.p0) / rate
-            # Slurm ends a stint at its time limit however slow (or paused) it ran
-            kill = job.start + job.limit if self.slurm and job.limit is not None else INF
-            job.killed = kill < end
-            end = min(end, kill)
-            if end < INF:
-                self._push_event(max(now, end), FINISH, job, job.run_ver)
+            self._push_end(job, tr, now)
+
+    def _repower(self, affected: list[GpuKey], per_gpu: Speeds) -> set[SimJob]:
+        """The power and use of the `affected` GPUs (sorted: sums in the same order every
+        run), and the GPUs' totals; the jobs on those GPUs."""
+        gpus, m, power = self.shares.gpus, self.meter, self.share.power
+        job_speed = self.job_speed
+        on_affected: set[SimJob] = set()
+        for k in affected:
+            g = gpus[k]
+            if g.guaranteed is not None or g.opp:
+                m.held_gpus.add(k)
+                if g.guaranteed is not None:
+                    on_affected.add(g.guaranteed)
+                on_affected.update(g.opp)
+            else:
+                m.held_gpus.discard(k)
+            d = per_gpu.get(k)
+            if d is None:
+                m.gpu_watts.pop(k, None)
+                m.gpu_busy.pop(k, None)
+                continue
+            b = sum(self.profile[j.id].util * job_speed[j] for j in d)
+            m.gpu_busy[k] = min(1.0, b)
+            m.gpu_watts[k] = power.watts(b)
+        watts = sum(m.gpu_watts.values())
+        used = len(m.gpu_watts)
+        m.watts = watts + (len(gpus) - used) * power.idle_w
+        m.holding = len(m.held_gpus)
+        m.held_watts = watts + (m.holding - used) * power.idle_w
+        m.busy = sum(m.gpu_busy.values())
+        return on_affected
+
+    def _push_end(self, job: SimJob, tr: Track, now: float) -> None:
+        """File the end of `job`'s stint at its rate now (`tr`), or at its time limit."""
+        end = INF
+        if tr.rate > 0:
+            end = max(now, tr.from_t) + max(0.0, job.duration - tr.p0) / tr.rate
+        # Slurm ends a stint at its time limit however slow (or paused) it ran
+        kill = job.start + job.limit if self.slurm and job.limit is not None else INF
+        job.killed = kill < end
+        end = min(end, kill)
+        if end < INF:
+            self.state.push_event(max(now, end), FINISH, job, job.run_ver)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from slurm_ext.policy import colocation as co
 from slurm_ext.policy import opportunistic as opp_rules
-from slurm_ext.sim.engine import SimJob
 from slurm_ext.sim.sharing import Interference, JobProfile, PowerModel, ProfileMix
+from slurm_ext.sim.simjob import SimJob
 from slurm_ext.sim.traces import TraceJob
 
 GpuKey = tuple[str, int]

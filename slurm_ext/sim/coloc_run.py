@@ -25,14 +25,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator
 from slurm_ext.sim.engine import SimConfig, SimJob, Simulator
 from slurm_ext.sim.metrics import percentile
 from slurm_ext.sim.run import slurm_alone, with_limits
-from slurm_ext.sim.sharing import JobProfile
+from slurm_ext.sim.sharing import JobProfile, PowerModel
 from slurm_ext.sim.traces import TraceJob
 
 
@@ -54,6 +54,16 @@ def _jct(jobs: Sequence[SimJob]) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True)
+class _Scale:
+    """What both runs' figures are measured against."""
+
+    n_gpus: int
+    work_gpu_h: float  # the trace's work: GPUs x run time, hours
+    start: float  # the first submit
+    opp_ids: frozenset[int]  # the opportunistic jobs
+
+
 def run_pair(
     trace: Sequence[TraceJob],
     policy: PolicyConfig,
@@ -64,25 +74,54 @@ def run_pair(
     """Slurm alone and shared on the same trace; returns both and their ratios.
     `profiles`: job id -> profile for the jobs it names (others drawn from share.mix)."""
     trace = with_limits(trace, slurm_alone(cluster))  # Slurm alone always plans with limits
-    power = share.power
-    n_gpus = cluster.nodes * cluster.gpus_per_node
-    work_gpu_h = sum(t.gpus * t.duration_s for t in trace) / 3600.0
-    start = min((t.submit_time for t in trace), default=0.0)
-    opp_ids = {t.job_id for t in trace if t.opportunistic}
-
+    scale = _Scale(
+        cluster.nodes * cluster.gpus_per_node,
+        sum(t.gpus * t.duration_s for t in trace) / 3600.0,
+        min((t.submit_time for t in trace), default=0.0),
+        frozenset(t.job_id for t in trace if t.opportunistic),
+    )
     sim = SharingSimulator(trace, policy, cluster, share, profiles)
-    prof = sim.profile
+    alone = _alone(trace, policy, cluster, sim.profile, share.power, scale)
+    shared = _shared(sim, scale)
+    ratios = {
+        k: (shared[k] / alone[k] if alone[k] else 0.0)
+        for k in (
+            "kwh_per_gpu_hour_of_work",
+            "held_kwh_per_gpu_hour_of_work",
+            "gpu_utilization",
+            "held_gpu_utilization",
+            "gpus_held_fraction",
+            "makespan_s",
+            "guaranteed_avg_jct_s",
+            "guaranteed_p99_jct_s",
+            "opportunistic_avg_jct_s",
+            "opportunistic_p99_jct_s",
+        )
+    }
+    return {"slurm_alone": alone, "shared": shared, "shared_vs_alone": ratios}
+
+
+def _alone(
+    trace: Sequence[TraceJob],
+    policy: PolicyConfig,
+    cluster: SimConfig,
+    prof: Mapping[int, JobProfile],
+    power: PowerModel,
+    scale: _Scale,
+) -> dict[str, float]:
+    """Slurm alone's run and figures: its energy summed over its jobs."""
     t0 = time.perf_counter()
     alone_sim = Simulator(trace, replace(policy, policy="fifo"), slurm_alone(cluster))
     alone_jobs = alone_sim.run()
-    span = max(j.finish for j in alone_jobs) - start  # type: ignore[type-var]
+    n_gpus, work_gpu_h, opp_ids = scale.n_gpus, scale.work_gpu_h, scale.opp_ids
+    span = max(j.finish for j in alone_jobs) - scale.start  # type: ignore[type-var]
     run_s = {j.id: j.executed for j in alone_jobs}
     busy_gpu_s = sum(prof[t.job_id].util * t.gpus * run_s[t.job_id] for t in trace)
     dynamic = (power.busy_w - power.idle_w) * busy_gpu_s
     energy = power.idle_w * n_gpus * span + dynamic
     held_gpu_s = sum(t.gpus * run_s[t.job_id] for t in trace)
     held = power.idle_w * held_gpu_s + dynamic
-    alone = {
+    return {
         "energy_kwh": energy / 3.6e6,
         "kwh_per_gpu_hour_of_work": energy / 3.6e6 / work_gpu_h,
         "held_kwh_per_gpu_hour_of_work": held / 3.6e6 / work_gpu_h,
@@ -103,20 +142,25 @@ def run_pair(
         "runtime_s": time.perf_counter() - t0,
     }
 
+
+def _shared(sim: SharingSimulator, scale: _Scale) -> dict[str, float]:
+    """The shared run and its figures: the energy its meter integrated."""
     t1 = time.perf_counter()
     sim.run()
     if any(j.finish is None for j in sim.opp_jobs):
         raise RuntimeError("simulation ended with opportunistic jobs unfinished")
-    span_s = sim.span[1] - start
+    n_gpus, work_gpu_h, opp_ids = scale.n_gpus, scale.work_gpu_h, scale.opp_ids
+    m, agents = sim.meter, sim.agents
+    span_s = sim.span[1] - scale.start
     stretch = sorted(w / d for j, (w, d) in sim.stretch.items() if j not in opp_ids and d > 0)
-    pauses = [sim.pauses.get(j.id, 0) for j in sim.opp_jobs]
-    shared = {
-        "energy_kwh": sim.energy_j / 3.6e6,
-        "kwh_per_gpu_hour_of_work": sim.energy_j / 3.6e6 / work_gpu_h,
-        "held_kwh_per_gpu_hour_of_work": sim.held_energy_j / 3.6e6 / work_gpu_h,
-        "gpu_utilization": sim.busy_gpu_s / (n_gpus * span_s),
-        "held_gpu_utilization": sim.busy_gpu_s / sim.held_gpu_s if sim.held_gpu_s else 0.0,
-        "gpus_held_fraction": sim.held_gpu_s / (n_gpus * span_s),
+    pauses = [agents.pauses.get(j.id, 0) for j in sim.opp_jobs]
+    return {
+        "energy_kwh": m.energy_j / 3.6e6,
+        "kwh_per_gpu_hour_of_work": m.energy_j / 3.6e6 / work_gpu_h,
+        "held_kwh_per_gpu_hour_of_work": m.held_energy_j / 3.6e6 / work_gpu_h,
+        "gpu_utilization": m.busy_gpu_s / (n_gpus * span_s),
+        "held_gpu_utilization": m.busy_gpu_s / m.held_gpu_s if m.held_gpu_s else 0.0,
+        "gpus_held_fraction": m.held_gpu_s / (n_gpus * span_s),
         "makespan_s": span_s,
         **{
             f"guaranteed_{k}": v for k, v in _jct([j for j in sim.jobs if j not in sim.opp]).items()
@@ -131,27 +175,11 @@ def run_pair(
         "opportunistic_started_on_shards": sim.shard_starts,
         "pauses_per_opportunistic_job": sum(pauses) / len(pauses) if pauses else 0.0,
         "pauses_max": max(pauses, default=0),
-        "resumes": sim.resumes,
+        "resumes": agents.resumes,
         "opportunistic_requeues": sim.opp_requeues,
-        "eaco_refusals": sim.refusals,
-        "eaco_verdicts_learnt": sim.verdicts.get("learnt", 0),
-        "eaco_verdicts_configured": sim.verdicts.get("configured", 0),
+        "eaco_refusals": agents.refusals,
+        "eaco_verdicts_learnt": agents.verdicts.get("learnt", 0),
+        "eaco_verdicts_configured": agents.verdicts.get("configured", 0),
         "guaranteed_starts_beside_running_opportunistic": sim.unjudged,
         "runtime_s": time.perf_counter() - t1,
     }
-    ratios = {
-        k: (shared[k] / alone[k] if alone[k] else 0.0)
-        for k in (
-            "kwh_per_gpu_hour_of_work",
-            "held_kwh_per_gpu_hour_of_work",
-            "gpu_utilization",
-            "held_gpu_utilization",
-            "gpus_held_fraction",
-            "makespan_s",
-            "guaranteed_avg_jct_s",
-            "guaranteed_p99_jct_s",
-            "opportunistic_avg_jct_s",
-            "opportunistic_p99_jct_s",
-        )
-    }
-    return {"slurm_alone": alone, "shared": shared, "shared_vs_alone": ratios}

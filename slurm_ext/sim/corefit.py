@@ -5,12 +5,13 @@ Slurm's select/cons_tres picks a job's nodes in `_eval_nodes_consec`
 logs below): the nodes that can hold the job form runs of consecutive nodes; it takes
 the run with enough nodes and the fewest available CPUs (ties: the first), its first
 nodes, or for a one-node job the node of that run with the fewest available CPUs
-("best fit single node", ties: the first). The weight is CPUs, not GPUs. A replay's job asks for one CPU per node (`-N n
---gres=gpu:g`), so a node's free CPUs fall by one per job it runs, whatever its GPUs:
-a one-GPU job goes next to the most jobs, not into the fullest node by GPUs. The six
-synth2 replays of session 8 (L1-L6) follow this rule in 396 of the 405 Slurm-alone
-starts where nodes had room and 412 of 427 in the service mode; best fit on free GPUs
-(`policy.choose_gpus`, the simulator's default) in 368 and 385.
+("best fit single node", ties: the first). The weight is CPUs, not GPUs. A replay's job
+asks for one CPU per node (`-N n --gres=gpu:g`), so a node's free CPUs fall by one per
+job it runs, whatever its GPUs: a one-GPU job goes next to the most jobs, not into the
+fullest node by GPUs. Six live replays of a synthetic trace (the fidelity harness,
+bench_fidelity) follow this rule in 396 of the 405 Slurm-alone starts where nodes had
+room and 412 of 427 in the service mode; best fit on free GPUs (`policy.choose_gpus`,
+the simulator's default) in 368 and 385.
 
 `SimConfig.fit_cores` > 0 (the cores per node) turns this on for the "slurm"
 scheduler's starts, main scheduler and backfill alike (`sim.scheduler`); a node's free
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy import min_nodes
 
 Alloc = list[tuple[str, int]]
 

@@ -8,6 +8,9 @@ jobs, worst on top. Entries carry the job's `key_ver`: an entry whose version is
 job's is stale and dropped when it reaches the top. `order()` reads the heaps back so a
 test can check them against `policy.rank` on the same state.
 
+What the keys read lives here too: the Gittins table and the history it is built from,
+each job's kind table (`choices`) and Slurm's fair-share usage (`ledger`).
+
 Not the service's key cache (service/rank_cache.py): every re-key here follows an event
 or the wake-up `key_and_change` asked for, so an id-keyed cache of keys would never hit
 and only add its lookups; what the two share is `key_and_change` itself.
@@ -16,29 +19,61 @@ and only add its lookups; what the two share is `key_and_change` itself.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Iterable, Sequence
 from heapq import heapify, heappop, heappush
 from math import nextafter
-from typing import TYPE_CHECKING
 
-from slurm_ext.policy import build_table
-from slurm_ext.policy.ranking import key_and_change
-from slurm_ext.sim.clearing import ABOVE_ALL
-
-if TYPE_CHECKING:
-    from slurm_ext.sim.engine import Simulator
-    from slurm_ext.sim.simjob import SimJob
+from slurm_ext.core.model import Completed
+from slurm_ext.policy import Choice, GittinsTable, build_table, key_and_change
+from slurm_ext.sim.clearing import NodeClearing
+from slurm_ext.sim.fairshare import fairshare_ledger
+from slurm_ext.sim.simjob import SimJob
+from slurm_ext.sim.state import ABOVE_ALL, WAKE, Engine, SimState
 
 INF = math.inf
-WAKE = 2  # event kind (engine.py)
 # the running heap is compacted when it outgrows max(this, twice its live size)
 RUNNING_MIN = 1024
+Bucket = tuple[int, bool, int]  # (GPUs, must consolidate, cores per GPU)
+# GPU-seconds, (GPUs, GPU-seconds) or Completed records (with the job's kind) of
+# completed jobs (`SimConfig.history`)
+HistoryEntry = float | tuple[int, float] | Completed
 
 
 class KeyedQueues:
-    """Mixin of `Simulator`: the pending buckets and the running heap, and key updates."""
+    """The pending buckets and the running heap of one run, and the keys' updates. A
+    job is re-keyed through the engine (`Engine._rekey`), which calls `rekey`."""
 
-    def _rekey(self: Simulator, job: SimJob, now: float, wake: bool = False) -> None:
+    def __init__(
+        self,
+        state: SimState,
+        clearing: NodeClearing,
+        engine: Engine,
+        jobs: Sequence[SimJob],
+        history: Iterable[HistoryEntry],
+    ) -> None:
+        self.st, self.clearing, self.engine = state, clearing, engine
+        self.dirty = clearing.dirty  # the nodes whose clearing tables are stale
+        cfg = self.cfg = state.cfg
+        self.every = state.cl.pass_interval_s  # the policy re-ranks at its multiples
+        self.pending: dict[Bucket, list] = {}  # (key, key_ver, seq, job): best on top
+        # bumped whenever a job enters, re-enters or leaves the pending set
+        self.pending_ver = 0
+        self.best_pending: tuple = ABOVE_ALL  # `outranked`'s cache, as of best_pending_at
+        self.best_pending_at = -1
+        self.running: list = []  # (negated key, key_ver, seq, job): worst on top
+        self.running_cap = RUNNING_MIN  # `compact_running` past this many entries
+        self.dynamic = cfg.policy == "srtf"  # running keys change continuously
+        self.history: deque[HistoryEntry] = deque(history, maxlen=cfg.history_window)
+        self.since_refresh = 0  # completions since the table was built
+        self.table: GittinsTable | None = None
+        if cfg.policy == "gittins" and self.history:
+            self.table = build_table(list(self.history), cfg)
+        self.choices: dict[SimJob, Choice] = {}  # each job's kind tables
+        # Slurm's fair-share usage per user, when keys read it (policy/fairshare.py)
+        self.ledger = fairshare_ledger(cfg, jobs)
+
+    def rekey(self, job: SimJob, now: float, wake: bool = False) -> None:
         """Recompute the job's key, file it in its heap and schedule its next change.
 
         wake: called by the job's own wake-up; if its key came out unchanged (rounding
@@ -47,7 +82,9 @@ class KeyedQueues:
         """
         old = job.key
         running = job.running
-        fs = 1.0 if self.ledger is None else self.ledger.at(job.user, now, self.running_jobs)
+        st = self.st
+        ledger = self.ledger
+        fs = 1.0 if ledger is None else ledger.at(job.user, now, st.running_jobs)
         facts = job.view(now)  # kept per wait or stint, moved on while it runs
         table = self.table
         if table is not None and table.kinds is not None:
@@ -65,42 +102,37 @@ class KeyedQueues:
         if not wake or key != old:
             job.key = key
             ver = job.key_ver = job.key_ver + 1
-            self.seq += 1
+            st.seq += 1
             if running:
-                if key > old:
-                    self.epoch += 1
-                    blocked = self.blocked_keys
-                    if blocked:
-                        i = bisect_right(blocked, old)
-                        if i < len(blocked) and blocked[i] < key:  # old < blocked key < key
-                            self._rose_past(job, i, bisect_left(blocked, key))
-                heap = self.running
-                heappush(heap, ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, self.seq, job))
-                if len(heap) > self.running_cap:
-                    self._compact_running()
+                if key > old:  # room grows for the jobs it now ranks below
+                    self.clearing.running_key_rose(job, old, key)
                 dirty = self.dirty
-                for n, _ in job.alloc:
+                for n, _ in job.alloc:  # its nodes' clearing tables are stale
                     dirty.add(n)
+                heap = self.running
+                heappush(heap, ((-key[0], -key[1], -key[2], -key[3], -key[4]), ver, st.seq, job))
+                if len(heap) > self.running_cap:
+                    self.compact_running()
             else:
                 b = (job.gpus, job.must_consolidate, job.cpus_per_gpu)
                 bucket = self.pending.get(b)
                 if bucket is None:
                     bucket = self.pending[b] = []
-                heappush(bucket, (key, ver, self.seq, job))
+                heappush(bucket, (key, ver, st.seq, job))
                 self.pending_ver += 1
         if after < INF and not (running and self.dynamic):
             # at the exact crossing; if rounding leaves it just short, the wake re-arms
             at = now + after
-            every = self.cl.pass_interval_s
+            every = self.every
             if every > 0:  # the policy re-ranks at its passes only
                 at = math.ceil(at / every) * every
             soonest = nextafter(now, INF)
             if soonest > at:  # max(at, soonest)
                 at = soonest
-            seq = self.seq = self.seq + 1
-            heappush(self.events, (at, WAKE, seq, job.key_ver, job))
+            seq = st.seq = st.seq + 1
+            heappush(st.events, (at, WAKE, seq, job.key_ver, job))
 
-    def _compact_running(self: Simulator) -> None:
+    def compact_running(self) -> None:
         """Drop the stale entries of the running heap, in place: each key change of a
         running job (a wake-up at every Gittins grid point) files a new entry and leaves
         the old one, so between history refreshes the heap held some 10 entries per
@@ -110,19 +142,30 @@ class KeyedQueues:
         heapify(heap)
         self.running_cap = max(RUNNING_MIN, 2 * len(heap))
 
-    def _refresh_table(self: Simulator, now: float) -> None:
+    def completed(self, record: Completed, now: float) -> None:
+        """A job completed (`record`: its history entry): rebuild the Gittins table
+        after `history_refresh` completions (sooner while the history is small: every
+        25% growth)."""
+        self.history.append(record)
+        self.since_refresh += 1
+        if self.since_refresh >= max(1, min(self.st.cl.history_refresh, len(self.history) // 4)):
+            self.refresh_table(now)
+
+    def refresh_table(self, now: float) -> None:
+        """Rebuild the Gittins table from the history and re-key every active job."""
         active = [e[3] for b in self.pending.values() for e in b if e[1] == e[3].key_ver]
         active += [e[3] for e in self.running if e[1] == e[3].key_ver]
         self.table = build_table(list(self.history), self.cfg, lazy=True)
         self.choices.clear()
         self.since_refresh = 0
-        self.pending = {}
+        self.pending.clear()
         self.pending_ver += 1
-        self.running = []
+        self.running.clear()
         for job in active:
-            self._rekey(job, now)
+            self.engine._rekey(job, now)
 
-    def _top(self: Simulator, heap: list, running: bool) -> SimJob | None:
+    def top(self, heap: list, running: bool) -> SimJob | None:
+        """The job on top of a pending bucket or the running heap, stale entries dropped."""
         while heap:
             _, ver, _, job = heap[0]
             if ver == job.key_ver and job.running == running and job.finish is None:
@@ -130,21 +173,21 @@ class KeyedQueues:
             heappop(heap)
         return None
 
-    def _outranked(self: Simulator, key: tuple) -> bool:
+    def outranked(self, key: tuple) -> bool:
         """Whether some pending job ranks above `key` (the best pending key is cached
         until the pending set changes: `pending_ver`)."""
-        if not self.cl.preemptive:
+        if not self.st.cl.preemptive:
             return False
         if self.best_pending_at != self.pending_ver:
             best = ABOVE_ALL
             for heap in self.pending.values():
-                top = self._top(heap, False)
+                top = self.top(heap, False)
                 if top is not None and top.key < best:
                     best = top.key
             self.best_pending, self.best_pending_at = best, self.pending_ver
         return self.best_pending < key
 
-    def order(self: Simulator) -> list[int]:
+    def order(self) -> list[int]:
         """Job ids in the order the incremental structures hold them (best first)."""
         keyed = [
             (e[0], e[3].id)

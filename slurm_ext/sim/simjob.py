@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from slurm_ext.core.attained import Attained
 from slurm_ext.core.model import Completed, JobView
-from slurm_ext.sim.backfill import Candidate
+from slurm_ext.sim.bfinputs import Candidate
 from slurm_ext.sim.cpus import DEFAULT_KNEES
 from slurm_ext.sim.traces import TraceJob
 
@@ -42,8 +42,8 @@ class SimConfig:
     bf_willrun_window_s: cons_tres's will-run window ("slurm" only): backfill learns a
         blocked job's start from running jobs taken off in batches of this window,
         doubling (`sim.willrun`); Slurm's is 30 wall s, so 30 trace s at a site and 30 x
-        X in a replay at speedup X. 0 (the default): the earliest exact start, the model
-        before session 7 (30 moves a 2,000-job run: docs/simulator.md).
+        X in a replay at speedup X. 0 (the default): the earliest exact start, the
+        simpler model (30 moves a 2,000-job run: docs/simulator.md).
     sched_tick_s: the main scheduler's tick ("slurm" only; 0, the default: none). Slurm
         runs its main scheduler at once only when a job ends (the epilog-complete RPC);
         a submit, a priority update or a held job's release only asks for a run, which

@@ -28,11 +28,12 @@ arrivals at the offered load) and gives it that structure:
   Feitelson TPDS'01). A job that would run past its limit is ended there (Slurm's
   TIMEOUT), so every job's limit is >= its run time, as in a real log.
 - Checkpointing: a kind checkpoints (may be requeued and resume) with probability
-  `p_checkpoint` (0.5). No study gives this share; the issue's targets read "half the
-  jobs preemptible" and "every job", so it is a parameter to vary, not a finding.
+  `p_checkpoint` (0.5). No study gives this share; the benchmark targets read "half
+  the jobs preemptible" and "every job", so it is a parameter to vary, not a finding.
 
-Every draw comes from one `random.Random(seed)`, so a (n, gpus, load, seed, ...) tuple
-always writes the same trace.
+The parameters other than the trace's size, load and seed are a `UserModel`. Every draw
+comes from one `random.Random(seed)`, so a (n, gpus, load, seed, model) tuple always
+writes the same trace.
 """
 
 from __future__ import annotations
@@ -89,40 +90,53 @@ def _kind(
     return Kind(user, f"{model}-{i}", model, gpus, median, limit, rng.random() < p_checkpoint)
 
 
+@dataclass(frozen=True)
+class UserModel:
+    """The users-and-kinds model's parameters (module docstring)."""
+
+    users: int = 40
+    user_skew: float = 1.0  # activity weight 1 / rank**user_skew
+    kinds_mean: float = 3.0  # a user's kinds: 1 + Poisson(kinds_mean - 1)
+    p_oneoff: float = 0.1  # share of a user's jobs that is a fresh kind never seen again
+    sigma_within: float = SIGMA_WITHIN  # a kind's run times' log-normal sigma
+    p_checkpoint: float = 0.5  # share of kinds that checkpoint
+
+    def __post_init__(self) -> None:
+        if self.users < 1 or self.kinds_mean < 1:
+            raise ValueError("users and kinds_mean must be >= 1")
+        if not (0.0 <= self.p_oneoff <= 1.0 and 0.0 <= self.p_checkpoint <= 1.0):
+            raise ValueError("p_oneoff and p_checkpoint must be within [0, 1]")
+        if not 0.0 <= self.sigma_within <= SIGMA:
+            raise ValueError(f"sigma_within must be within [0, {SIGMA}]")
+
+
+DEFAULT_USERS = UserModel()
+
+
 def synth_user_jobs(
     n: int,
     gpus: int,
     load: float = 1.0,
     seed: int = 0,
-    users: int = 40,
-    user_skew: float = 1.0,
-    kinds_mean: float = 3.0,
-    p_oneoff: float = 0.1,
-    sigma_within: float = SIGMA_WITHIN,
-    p_checkpoint: float = 0.5,
+    model: UserModel = DEFAULT_USERS,
     gpu_choices: GpuMix = GPU_CHOICES,
 ) -> list[TraceJob]:
-    """`n` jobs from recurring users' kinds (see the module docstring for the model);
+    """`n` jobs from recurring users' kinds (`model`; see the module docstring);
     `gpu_choices` ((GPUs, weight), ...) is the kinds' width mix."""
     check_gpu_mix(gpu_choices)
-    if users < 1 or kinds_mean < 1:
-        raise ValueError("users and kinds_mean must be >= 1")
-    if not (0.0 <= p_oneoff <= 1.0 and 0.0 <= p_checkpoint <= 1.0):
-        raise ValueError("p_oneoff and p_checkpoint must be within [0, 1]")
-    if not 0.0 <= sigma_within <= SIGMA:
-        raise ValueError(f"sigma_within must be within [0, {SIGMA}]")
+    sigma_within, p_checkpoint = model.sigma_within, model.p_checkpoint
     rng = random.Random(seed)
-    names = [f"user{u:03d}" for u in range(users)]
-    user_w = [1.0 / (r + 1) ** user_skew for r in range(users)]
+    names = [f"user{u:03d}" for u in range(model.users)]
+    user_w = [1.0 / (r + 1) ** model.user_skew for r in range(model.users)]
     kinds: dict[str, list[Kind]] = {}
     for u in names:
-        k = 1 + _poisson(rng, kinds_mean - 1.0)
+        k = 1 + _poisson(rng, model.kinds_mean - 1.0)
         kinds[u] = [_kind(rng, u, i, sigma_within, p_checkpoint, gpu_choices) for i in range(k)]
     oneoffs = 0
     picked: list[tuple[Kind, float]] = []
     for _ in range(n):
         u = rng.choices(names, user_w)[0]
-        if rng.random() < p_oneoff:
+        if rng.random() < model.p_oneoff:
             oneoffs += 1
             kind = _kind(rng, u, 1000 + oneoffs, sigma_within, p_checkpoint, gpu_choices)
         else:
@@ -162,8 +176,8 @@ def with_flooder(
     """`jobs` plus one user who floods the queue with short 1-GPU jobs: `n` jobs of one
     kind (median `median_s`, sigma 0.3, limit 1 h), in `bursts` equal bursts evenly over
     the middle half of the trace (a hyper-parameter sweep submitted at once, again and
-    again). Job ids are renumbered in submit order. The fairness test of issue 16: such a
-    user must not take the cluster over."""
+    again). Job ids are renumbered in submit order. A test of fairness: such a user must
+    not take the cluster over."""
     if n <= 0 or not jobs:
         return list(jobs)
     rng = random.Random(seed)
