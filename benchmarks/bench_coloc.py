@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import argparse
 
-from slurm_ext.policy import PolicyConfig
+from slurm_ext.policy import AFTER_REQUEUE, PolicyConfig
 from slurm_ext.policy import colocation as co
-from slurm_ext.policy.opportunistic import AFTER_REQUEUE
 from slurm_ext.sim.coloc import ShareConfig
 from slurm_ext.sim.coloc_run import mark_opportunistic, run_pair
 from slurm_ext.sim.engine import SimConfig

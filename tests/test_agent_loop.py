@@ -277,7 +277,7 @@ def test_eaco_verdict_inputs_learnt_or_configured_in_reason_and_metrics(tmp_path
     """EaCO on: job 612 beside guaranteed job 611 is judged on the configured inputs
     (admitted); job 613, whose kind history predicts a 12 % slowdown of job 611, is
     refused on learnt inputs. Both verdicts are counted by inputs in the metrics."""
-    from slurm_ext.policy.colocation import Prediction
+    from slurm_ext.policy import Prediction
 
     clock = Clock()
     sim = SimulatedGpuReader(2, clock=clock)

@@ -16,7 +16,7 @@ from nodeagent.gpu import SimulatedGpuReader
 from slurm_ext.core.classes import load_classes
 from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.core.model import GUARANTEED, OPPORTUNISTIC, Job, JobClasses, JobState, Node
-from slurm_ext.policy.colocation import classify
+from slurm_ext.policy import classify
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.service.opportunistic_requeue import eligible
 from slurm_ext.store.db import Store

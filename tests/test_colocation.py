@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_ext.core.model import JobClasses
+from slurm_ext.policy import Prediction, classify
 from slurm_ext.policy.colocation import (
     GUARANTEED as G,
 )
@@ -17,8 +18,6 @@ from slurm_ext.policy.colocation import (
     GpuView,
     JobOnGpu,
     Policy,
-    Prediction,
-    classify,
     decide,
     eaco_admit,
     forget,

@@ -14,8 +14,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_ext.core.model import Job, JobState, Node
-from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.guards import starts_promoted
+from slurm_ext.policy import PolicyConfig, rank, starts_promoted
 from slurm_ext.service.fold import fold
 from slurm_ext.service.steps import job_view, preemption_victims
 from slurm_ext.sim.engine import SimConfig, Simulator

@@ -14,8 +14,7 @@ from nodeagent.accounts import JobAccount
 from slurm_ext.core.config import ConfigError, load_config
 from slurm_ext.core.model import Job, JobClasses, JobState
 from slurm_ext.core.reports import JobReport, decode_reports, encode_reports
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy.opportunistic import overdue
+from slurm_ext.policy import PolicyConfig, overdue
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.service.opportunistic_requeue import OpportunisticSection, overdue_jobs, paused_for
 from slurm_ext.sim.coloc import ShareConfig, SharingSimulator

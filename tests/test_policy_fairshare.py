@@ -6,16 +6,20 @@ import math
 import pytest
 
 from slurm_ext.core.model import JobView
-from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.fairshare import (
+from slurm_ext.policy import (
+    GittinsTable,
+    PolicyConfig,
     UsageLedger,
+    key_and_change,
+    multifactor_priority,
+    rank,
+)
+from slurm_ext.policy.fairshare import (
     age_factor,
     decay_per_second,
     fairshare_factor,
     index_site_factor,
-    multifactor_priority,
 )
-from slurm_ext.policy.ranking import key_and_change
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.traces import TraceJob
 from slurm_ext.sim.users import FLOOD_USER, UserModel, synth_user_jobs, with_flooder
@@ -77,17 +81,17 @@ def test_fairshare_key_light_user_first_then_age_and_next_pass():
     assert "multifactor priority 10000" in d[0].reason
     # without factors every user reads 1: submit order (age)
     assert [x.job_id for x in rank(jobs, 600.0, cfg)] == [1, 3, 2]
-    args = (cfg, None, 610.0, 2, 1, 500.0, 0.0, 0.0, False, 0.0, None, None, None)
-    key, after = key_and_change(*args, user="light", fair_share=1.0)
+    job = JobView(job_id=2, gpus=1, submit_time=500.0, user="light")
+    key, after = key_and_change(job, 610.0, cfg, None, fair_share=1.0)
     assert key[2] == -10000.0 and after == pytest.approx(290.0)  # the next 300 s pass
 
 
 def test_composed_gittins_key_and_guard():
     cfg = PolicyConfig(fairshare_site_weight=10000.0, min_run_s=0, wait_guard_factor=0)
-    args = (cfg, None, 0.0, 1, 1, 0.0, 0.0, 0.0, False, 0.0, None, None, None)
+    job = JobView(job_id=1, gpus=1, submit_time=0.0)
     assert cfg.reads_fairshare and not PolicyConfig().reads_fairshare
     # no history: the index is 0, so the key is Slurm's priority alone
-    assert key_and_change(*args, fair_share=0.5)[0][2] == -5000.0
+    assert key_and_change(job, 0.0, cfg, None, fair_share=0.5)[0][2] == -5000.0
     assert index_site_factor(1 / 60) == 1.0 and index_site_factor(1e-12) == 0.0
     assert index_site_factor(1 / 6000) == pytest.approx(1 - 2 / 6)
 
@@ -147,17 +151,13 @@ def test_config_rejects_bad_fairshare_settings():
 def test_site_guard_gives_the_top_site_factor_which_fair_share_can_outweigh():
     """A guarded job's SiteFactor share is 1 (not a jump over every job), so a light
     user's fresh job still passes a heavy user's guarded one."""
-    from slurm_ext.policy.gittins import GittinsTable
-
     cfg = PolicyConfig(fairshare_site_weight=1000.0, min_run_s=0, wait_guard_factor=1.0)
     table = GittinsTable.from_samples([100.0] * 50, 60.0, 4)
     now = 1e4  # the heavy user's job waited 10^4 s >> 1 x its ~100 s predicted run
     heavy = JobView(job_id=1, gpus=1, submit_time=0.0, user="heavy")
     light = JobView(job_id=2, gpus=1, submit_time=now - 1, user="light")
     fs = {"heavy": 0.5}  # 5000 points of fair-share below the light user
-    key = key_and_change(
-        cfg, table, now, 1, 1, 0.0, 0.0, 0.0, False, 0.0, None, None, None, fair_share=0.5
-    )[0]
+    key = key_and_change(heavy, now, cfg, table, fair_share=0.5)[0]
     age = multifactor_priority(now, 0.5, 1000, 10000, 7 * DAY)
     assert key[2] == -(age + 1000.0)  # Slurm's priority + the whole site weight
     order = rank([heavy, light], now, cfg, history=table, fair_share=fs)

@@ -63,7 +63,8 @@ CLASS_HISTORY = [(1, 30.0), (2, 10.0), (1, 30.0), (2, 200.0)]
 
 
 def test_gpu_classes_are_powers_of_two():
-    from slurm_ext.policy.gittins import class_label, gpu_class
+    from slurm_ext.policy import gpu_class
+    from slurm_ext.policy.gittins import class_label
 
     assert [gpu_class(g) for g in (1, 2, 3, 4, 5, 8, 9, 16, 17)] == [0, 1, 2, 2, 3, 3, 4, 4, 5]
     assert [class_label(c) for c in (0, 1, 2, 4)] == ["1 GPU", "2 GPUs", "3-4 GPUs", "9-16 GPUs"]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from slurm_ext.policy.gittins import GittinsTable
+from slurm_ext.policy import GittinsTable
 from slurm_ext.policy.lazy_gittins import LazyGittinsTable, SortedSamples
 
 
@@ -63,8 +63,7 @@ def test_build_table_lazy_gives_the_same_tables(seed: int, classes: str) -> None
     """`build_table(..., lazy=True)` (the simulator's refreshes): the pooled and class
     tables' cells computed as read, the same values and index per kind as built whole."""
     from slurm_ext.core.model import Completed
-    from slurm_ext.policy import PolicyConfig
-    from slurm_ext.policy.tables import build_table
+    from slurm_ext.policy import PolicyConfig, build_table
 
     rng = random.Random(seed)
     history = [

@@ -7,8 +7,14 @@ import pytest
 
 from slurm_ext.core.config import ConfigError, from_dict
 from slurm_ext.core.model import JobView
-from slurm_ext.policy import GittinsTable, PolicyConfig, rank
-from slurm_ext.policy.ranking import key_change_after
+from slurm_ext.policy import (
+    GUARDED,
+    GittinsTable,
+    PolicyConfig,
+    key_and_change,
+    key_change_after,
+    rank,
+)
 
 
 def ids(decisions):
@@ -241,9 +247,6 @@ def test_wait_guard_lifts_a_job_after_factor_x_its_predicted_run():
     """A pending job that waited `wait_guard_factor` x its predicted run (1 / index
     GPU-seconds over its GPUs) goes ahead of every unguarded job; the key says when it
     changes."""
-    from slurm_ext.policy.gittins import GittinsTable
-    from slurm_ext.policy.ranking import GUARDED, key_and_change
-
     table = GittinsTable.from_samples([3600.0 * k for k in range(1, 41)], whole=True)
     cfg = PolicyConfig(
         gittins_kinds=[], gittins_classes="pooled", gittins_index="whole", wait_guard_factor=2
@@ -252,7 +255,7 @@ def test_wait_guard_lifts_a_job_after_factor_x_its_predicted_run():
     unit = 2 / (index * 8)  # 2 x the predicted run of an 8-GPU job, seconds
 
     def key(now, c=cfg):
-        return key_and_change(c, table, now, 1, 8, 0.0, 0.0, 0.0, False, 0.0, 0.0, None, None)
+        return key_and_change(JobView(1, 8, 0.0, waiting_since=0.0), now, c, table)
 
     (_, _, score, _, _), after = key(0.0)
     assert score == -index and after == pytest.approx(unit)

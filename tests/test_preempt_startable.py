@@ -12,19 +12,17 @@ import pytest
 
 from slurm_ext.cli.inspect import explain_lines
 from slurm_ext.core.model import Cluster, Decision, Job, JobState, Node, Partition
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy.preemption import (
+from slurm_ext.policy import (
+    PolicyConfig,
     RunningJob,
     WaitingJob,
     choose_victims,
-    fits_now,
-    why_no_victims,
-)
-from slurm_ext.policy.reasons import (
     could_start,
+    fits_now,
     no_preemption_note,
     reason_words,
     steady_reason,
+    why_no_victims,
 )
 from slurm_ext.service.steps import plan_placements, plan_preemption, usable_nodes
 from slurm_ext.userview.page import render_page

@@ -19,8 +19,7 @@ import pytest
 from conftest import wait_for
 
 from slurm_ext.core.model import Job, JobState, Node
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy.ranking import rank
+from slurm_ext.policy import PolicyConfig, rank
 from slurm_ext.service.fold import fold_jobs
 from slurm_ext.service.loop import ACTIVE, job_view, preemption_victims
 from slurm_ext.sim.simjob import SimJob

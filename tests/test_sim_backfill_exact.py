@@ -14,8 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.policy import FreeIndex, PolicyConfig, choose_gpus
-from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy import FreeIndex, PolicyConfig, choose_gpus, min_nodes
 from slurm_ext.sim.backfill import (
     INF,
     BackfillParams,

@@ -317,7 +317,7 @@ def test_paused_opportunistic_job_requeued_or_kept_off_long_neighbours():
 
 
 def test_opportunistic_rules_are_pure():
-    from slurm_ext.policy.opportunistic import ends_before, overdue
+    from slurm_ext.policy import ends_before, overdue
 
     assert overdue({1: 0.0, 2: 50.0, 3: 100.0}, 100.0, 50.0) == [1, 2]
     assert overdue({1: 0.0}, 1e9, 0.0) == []
@@ -351,7 +351,7 @@ def test_requeued_job_kept_off_the_neighbour_that_paused_it():
 
 
 def test_shard_offered_rule():
-    from slurm_ext.policy.opportunistic import shard_offered
+    from slurm_ext.policy import shard_offered
 
     assert shard_offered(1, 7200.0, 0.0, 3000.0)  # no rule: anything
     assert not shard_offered(1, 7200.0, 0.0, 3000.0, ends_first=True)

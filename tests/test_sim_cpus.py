@@ -5,8 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy.placement import FreeIndex, choose_gpus, cpu_limited
+from slurm_ext.policy import FreeIndex, PolicyConfig, choose_gpus, cpu_limited
 from slurm_ext.sim.cpus import cpu_speed, even_share
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.synth import synth_jobs

@@ -10,11 +10,13 @@ from dataclasses import replace
 import pytest
 
 from slurm_ext.core.model import Job, JobState, Node
-from slurm_ext.policy import PolicyConfig, choose_gpus, rank
-from slurm_ext.policy.preemption import (
+from slurm_ext.policy import (
+    PolicyConfig,
     RunningJob,
     WaitingJob,
+    choose_gpus,
     choose_victims,
+    rank,
     requeue_cost_gpu_s,
 )
 from slurm_ext.service.steps import _per_node, preemption_victims

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ext.core.model import Job, JobState, JobView, Node
-from slurm_ext.policy import PolicyConfig, build_table
-from slurm_ext.policy.fairshare import multifactor_priority
-from slurm_ext.policy.ranking import priority_key
+from slurm_ext.policy import PolicyConfig, build_table, multifactor_priority, priority_key
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import Store
 from slurm_ext.testing.snapshot_client import ReplayClient

@@ -13,9 +13,7 @@ import pytest
 from conftest import cluster_options, hold_the_gpu, live_client
 
 from slurm_ext.core.model import JobView
-from slurm_ext.policy import PolicyConfig, build_table
-from slurm_ext.policy.compose import composed_score
-from slurm_ext.policy.ranking import priority_key
+from slurm_ext.policy import PolicyConfig, build_table, composed_score, priority_key
 from slurm_ext.service.loop import Service, ServiceConfig
 from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster

@@ -15,8 +15,7 @@ import pytest
 
 from slurm_ext.core.config import ConfigError, from_dict
 from slurm_ext.core.model import JobView
-from slurm_ext.policy import PolicyConfig, rank
-from slurm_ext.policy.guards import starts_promoted
+from slurm_ext.policy import PolicyConfig, rank, starts_promoted
 from slurm_ext.sim.engine import SimConfig, Simulator
 from slurm_ext.sim.traces import TraceJob
 

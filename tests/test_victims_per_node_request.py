@@ -13,9 +13,14 @@ from __future__ import annotations
 import pytest
 
 from slurm_ext.core.model import Decision, Job, JobState, Node
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy.placement import asks_fewest_nodes, consolidate_for
-from slurm_ext.policy.preemption import RunningJob, WaitingJob, choose_victims
+from slurm_ext.policy import (
+    PolicyConfig,
+    RunningJob,
+    WaitingJob,
+    asks_fewest_nodes,
+    choose_victims,
+    consolidate_for,
+)
 from slurm_ext.service.loop import preemption_victims
 
 POLICY = PolicyConfig(policy="fifo", preemption_cost=False, min_run_s=0.0)

@@ -34,8 +34,7 @@ from slurm_ext.cli.options import (
 )
 from slurm_ext.cli.output import Column, duration, echo_json, echo_safe, table
 from slurm_ext.core.model import JobState
-from slurm_ext.policy import fragmentation
-from slurm_ext.policy.reasons import reason_words
+from slurm_ext.policy import fragmentation, reason_words
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.slurm import SlurmError
 from slurm_ext.userview.privacy import anonymous, view_mode

@@ -22,7 +22,7 @@ from slurm_ext.cli.options import (
     trace_options,
 )
 from slurm_ext.cli.output import echo_fields, echo_json
-from slurm_ext.policy.placement import MODES as PLACEMENT_MODES
+from slurm_ext.policy import MODES as PLACEMENT_MODES
 from slurm_ext.replay import target
 from slurm_ext.replay.metrics import KEYS, add_ratios
 from slurm_ext.replay.modes import ClusterSpec, ReplayOptions, replay_mode

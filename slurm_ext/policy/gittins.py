@@ -18,18 +18,15 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from slurm_ext.policy.kinds import KindTables
+from typing import Protocol
 
 
 def gittins_index(sorted_samples: Sequence[float], attained: float) -> float:
     """Exact Gittins index of a job with `attained` GPU-seconds; samples sorted ascending."""
-    return _index(_groups(sorted_samples), len(sorted_samples), attained)
+    return scan_index(sample_groups(sorted_samples), len(sorted_samples), attained)
 
 
-def _groups(sorted_samples: Sequence[float]) -> tuple[list[float], list[int]]:
+def sample_groups(sorted_samples: Sequence[float]) -> tuple[list[float], list[int]]:
     """The distinct sample values and, for each, the index just past its last copy."""
     values: list[float] = []
     ends: list[int] = []
@@ -42,7 +39,9 @@ def _groups(sorted_samples: Sequence[float]) -> tuple[list[float], list[int]]:
     return values, ends
 
 
-def _index(groups: tuple[list[float], list[int]], n: int, attained: float) -> float:
+def scan_index(groups: tuple[list[float], list[int]], n: int, attained: float) -> float:
+    """`gittins_index` from `sample_groups` of `n` sorted samples: the scan over the
+    survivors' distinct values (the lazy per-kind tables share it, policy/lazy_gittins.py)."""
     values, ends = groups
     g = bisect.bisect_right(values, attained)  # first surviving value (S > a)
     k = ends[g - 1] if g else 0  # first survivor
@@ -126,6 +125,29 @@ def ranking_index(index: float) -> float:
     return 10 ** (round(math.log10(index) * INDEX_STEPS_PER_DECADE) / INDEX_STEPS_PER_DECADE)
 
 
+class KindChoice(Protocol):
+    """The table one kind of job reads (policy/kinds.py `Choice`): `table` untruncated,
+    `pick` the one for an attained service (truncated at `cap` below its time limit)."""
+
+    table: GittinsTable
+    cap: float | None
+
+    @property
+    def label(self) -> str: ...
+
+    def pick(self, attained: float) -> GittinsTable: ...
+
+
+class KindChooser(Protocol):
+    """The per-kind tables a `GittinsTable` may carry (policy/kinds.py `KindTables`),
+    as the ranking reads them: declared here so that this module imports neither kinds
+    nor lazy_gittins, which build on it."""
+
+    def choose(
+        self, gpus: int, user: str, name: str, account: str, time_limit_s: float | None
+    ) -> KindChoice: ...
+
+
 @dataclass(frozen=True)
 class GittinsTable:
     """The index tabulated on a grid of attained service, read as a step function.
@@ -140,7 +162,7 @@ class GittinsTable:
     # per GPU class (`gpu_class`) with enough samples: its own table; None: pooled only
     classes: dict[int, GittinsTable] | None = field(default=None, compare=False)
     # per job kind and time limit (policy.kinds); None: classes and pooled only
-    kinds: KindTables | None = field(default=None, compare=False, repr=False)
+    kinds: KindChooser | None = field(default=None, compare=False, repr=False)
     ranked: tuple[float, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -162,8 +184,8 @@ class GittinsTable:
         if whole:
             values = whole_job_indices(ordered, grid)
         else:
-            groups = _groups(ordered)
-            values = [_index(groups, len(ordered), a) for a in grid]
+            groups = sample_groups(ordered)
+            values = [scan_index(groups, len(ordered), a) for a in grid]
         return cls(grid=tuple(grid), values=tuple(values), samples=len(ordered))
 
     @classmethod

@@ -19,39 +19,23 @@ from slurm_ext.policy.gittins import GittinsTable
 GUARDED = -math.inf
 
 
-def own_table(
-    table: GittinsTable,
-    gpus: int,
-    user: str,
-    job_name: str,
-    account: str,
-    time_limit_s: float | None,
-    attained_gpu_s: float,
-) -> GittinsTable:
+def own_table(job: JobView, table: GittinsTable) -> GittinsTable:
     """The table a job's Gittins index reads: its kind's (policy/kinds.py), its GPU
     class's, or the pooled one."""
     if table.kinds is not None:
-        return table.kinds.choose(gpus, user, job_name, account, time_limit_s).pick(attained_gpu_s)
+        c = table.kinds.choose(job.gpus, job.user, job.job_name, job.account, job.time_limit_s)
+        return c.pick(job.attained_gpu_s)
     if table.classes is not None:
-        return table.for_gpus(gpus)
+        return table.for_gpus(job.gpus)
     return table
 
 
-def _own_index(
-    table: GittinsTable | None,
-    gpus: int,
-    attained_gpu_s: float,
-    user: str,
-    job_name: str,
-    account: str,
-    time_limit_s: float | None,
-) -> float:
+def _own_index(job: JobView, table: GittinsTable | None) -> float:
     """The job's Gittins index from its `own_table` (0: no history, or no GPUs), as the
     guards scale its wait by it."""
-    if table is None or not table.samples or gpus <= 0:
+    if table is None or not table.samples or job.gpus <= 0:
         return 0.0
-    own = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
-    return own.step(attained_gpu_s)[0]
+    return own_table(job, table).step(job.attained_gpu_s)[0]
 
 
 def guard_promotes(config: PolicyConfig) -> bool:
@@ -59,38 +43,25 @@ def guard_promotes(config: PolicyConfig) -> bool:
     return config.policy == "gittins" and config.wait_guard_factor > 0
 
 
-def kept_guard_s(
-    own: GittinsTable,
-    gpus: int,
-    attained_gpu_s: float,
-    promoted_at_gpu_s: float,
-    config: PolicyConfig,
-) -> float:
+def kept_guard_s(job: JobView, own: GittinsTable, config: PolicyConfig) -> float:
     """Seconds a running job whose stint a guard started keeps the guard's rank (<= 0:
     no longer): `wait_guard_keep` x its predicted run at the stint's start (1 / index,
     GPU-seconds over its GPUs, the wait guard's own unit) less what the stint has run.
     Without it the job is judged by its index alone the moment it starts and the next
     guarded job requeues it after `min_run_s` (the requeue thrash); Tiresias' promotion
-    likewise holds for the stint it starts. `own`: the job's `own_table`."""
-    if not guard_promotes(config) or gpus <= 0:
+    likewise holds for the stint it starts. `own`: the job's `own_table`; a job no guard
+    promoted (`promoted_at_gpu_s` None) keeps nothing."""
+    gpus, promoted_at = job.gpus, job.promoted_at_gpu_s
+    if promoted_at is None or not guard_promotes(config) or gpus <= 0:
         return 0.0
-    index = own.step(promoted_at_gpu_s)[0]
+    index = own.step(promoted_at)[0]
     if index <= 0.0:
         return 0.0
-    ran = (attained_gpu_s - promoted_at_gpu_s) / gpus
+    ran = (job.attained_gpu_s - promoted_at) / gpus
     return config.wait_guard_keep / (index * gpus) - ran
 
 
-def wait_judged(
-    config: PolicyConfig,
-    table: GittinsTable | None,
-    gpus: int,
-    attained_gpu_s: float,
-    user: str = "",
-    job_name: str = "",
-    account: str = "",
-    time_limit_s: float | None = None,
-) -> bool:
+def wait_judged(job: JobView, config: PolicyConfig, table: GittinsTable | None) -> bool:
     """Whether the wait guard bounds this job's wait, so that the starvation guard leaves
     it alone: gittins with the wait guard on and a positive index for the job
     (`own_table`). A job that outlived every completion its table holds reads index 0,
@@ -99,48 +70,31 @@ def wait_judged(
     order turned first come, first served (long runs of 10,000-30,000 jobs)."""
     if not guard_promotes(config):
         return False
-    return _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s) > 0
+    return _own_index(job, table) > 0
+
+
+def waited_since(job: JobView) -> float:
+    """When the job's current wait began: when it last became pending, else its submit."""
+    return job.waiting_since if job.waiting_since is not None else job.submit_time
 
 
 def wait_guarded(
-    config: PolicyConfig,
-    table: GittinsTable | None,
-    now: float,
-    gpus: int,
-    attained_gpu_s: float,
-    since: float,
-    user: str = "",
-    job_name: str = "",
-    account: str = "",
-    time_limit_s: float | None = None,
+    job: JobView, now: float, config: PolicyConfig, table: GittinsTable | None
 ) -> bool:
-    """Whether the wait guard lifts a waiting job now: it has waited since
-    `since` >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
+    """Whether the wait guard lifts a waiting job now: it has waited (`waited_since`)
+    >= `wait_guard_factor` x its predicted run (as `key_and_change` decides)."""
     if not guard_promotes(config):
         return False
-    deadline = guard_deadline(
-        config, table, gpus, attained_gpu_s, since, user, job_name, account, time_limit_s
-    )
-    return deadline - now <= 0.0
+    return guard_deadline(job, config, table) - now <= 0.0
 
 
-def guard_deadline(
-    config: PolicyConfig,
-    table: GittinsTable | None,
-    gpus: int,
-    attained_gpu_s: float,
-    since: float,
-    user: str = "",
-    job_name: str = "",
-    account: str = "",
-    time_limit_s: float | None = None,
-) -> float:
-    """The moment the wait guard becomes due for a job waiting since `since`: since +
+def guard_deadline(job: JobView, config: PolicyConfig, table: GittinsTable | None) -> float:
+    """The moment the wait guard becomes due for a waiting job: `waited_since` +
     `wait_guard_factor` x its predicted run (inf: no index to scale its wait by)."""
-    index = _own_index(table, gpus, attained_gpu_s, user, job_name, account, time_limit_s)
+    index = _own_index(job, table)
     if index <= 0 or config.wait_guard_factor <= 0:
         return math.inf
-    return since + config.wait_guard_factor / (index * gpus)
+    return waited_since(job) + config.wait_guard_factor / (index * job.gpus)
 
 
 def lifted(
@@ -154,11 +108,7 @@ def lifted(
         return True
     if config.fairshare_site_weight <= 0:
         return False
-    since = job.waiting_since if job.waiting_since is not None else job.submit_time
-    return wait_guarded(
-        config, table, now, job.gpus, job.attained_gpu_s, since,
-        job.user, job.job_name, job.account, job.time_limit_s,
-    )  # fmt: skip
+    return wait_guarded(job, now, config, table)
 
 
 def starts_promoted(decisions: Sequence[Decision], config: PolicyConfig) -> set[int]:

@@ -6,7 +6,7 @@ truncated table: a history refresh rebuilt some 250 of them in the 50,000-job
 grid point. Yet a waiting job reads one cell (its attained service, mostly 0) and a
 running job the few it crosses. These tables give the very values
 `GittinsTable.from_samples` computes, a cell at a time, and share the work among a
-group's bounds: its samples are sorted once, and at a given attained service `_index`'s
+group's bounds: its samples are sorted once, and at a given attained service `scan_index`'s
 scan below any bound is the same, so it runs once (`_scan`) and each bound adds only its
 tied tail. tests/test_policy_lazy_gittins.py checks every cell against `from_samples`.
 """
@@ -19,7 +19,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from slurm_ext.policy.gittins import GittinsTable, _groups, _index, default_grid, ranking_index
+from slurm_ext.policy.gittins import (
+    GittinsTable,
+    default_grid,
+    ranking_index,
+    sample_groups,
+    scan_index,
+)
 
 
 class _Cells(Sequence[float]):
@@ -127,21 +133,21 @@ class SortedSamples:
         if cap is None:
             if not self.finite:
                 return None
-            if len(self.finite) == len(self.ordered):  # `_index` is the shared scan's end
+            if len(self.finite) == len(self.ordered):  # `scan_index` is the shared scan's end
                 if self._all_groups is None:
-                    self._all_groups = _groups(self.ordered)
+                    self._all_groups = sample_groups(self.ordered)
                 grid = _grid(start, per_decade, self.ordered[-1])
                 cells = _Cells(len(grid), lambda i: self._scan(grid[i])[1][-1])
                 return LazyGittinsTable(grid=grid, values=cells, samples=len(self.ordered))  # type: ignore[arg-type]
             if self._finite_groups is None:
-                self._finite_groups = _groups(self.finite)
+                self._finite_groups = sample_groups(self.finite)
             groups, n, top = self._finite_groups, len(self.finite), self.finite[-1]
         else:
             cap = float(cap)
             if not (cap > 0 and math.isfinite(cap)) or not self.ordered:
                 return None
             if self._all_groups is None:
-                self._all_groups = _groups(self.ordered)
+                self._all_groups = sample_groups(self.ordered)
             values = self._all_groups[0]
             g = bisect_left(values, cap)  # the distinct values below the cap keep theirs
             if g < len(values):  # the rest become `cap`, all of them tied
@@ -150,11 +156,11 @@ class SortedSamples:
                 return LazyGittinsTable(grid=grid, values=cells, samples=len(self.ordered))  # type: ignore[arg-type]
             groups, n, top = self._all_groups, len(self.ordered), values[-1]
         grid = _grid(start, per_decade, top)
-        cells = _Cells(len(grid), lambda i: _index(groups, n, grid[i]))
+        cells = _Cells(len(grid), lambda i: scan_index(groups, n, grid[i]))
         return LazyGittinsTable(grid=grid, values=cells, samples=n)  # type: ignore[arg-type]
 
     def _capped(self, g: int, cap: float, attained: float) -> float:
-        """`_index` of the samples capped at `cap` (the distinct values from the g-th on
+        """`scan_index` of the samples capped at `cap` (the distinct values from the g-th on
         become `cap`): the scan below the cap is the uncapped one, shared by every cap
         (`_scan`); only the tied tail at `cap` is added here, sample by sample as there."""
         if attained >= cap:
@@ -177,9 +183,9 @@ class SortedSamples:
         return best
 
     def _scan(self, attained: float) -> tuple[int, array[float], array[float]]:
-        """`_index`'s scan of all the samples at `attained`, kept: the first surviving
+        """`scan_index`'s scan of all the samples at `attained`, kept: the first surviving
         value g0, and before each value from g0 on the best ratio so far and the running
-        sum (as `_index` has them when it reaches that value)."""
+        sum (as `scan_index` has them when it reaches that value)."""
         got = self._scans.get(attained)
         if got is not None:
             return got
@@ -191,7 +197,7 @@ class SortedSamples:
         # arrays of doubles: the same values, without a float object each
         best_before, sum_before = array("d", [best]), array("d", [done_sum])
         j = k
-        for v, end in zip(values[g0:], ends[g0:]):  # `_index`'s loop, line for line
+        for v, end in zip(values[g0:], ends[g0:]):  # `scan_index`'s loop, line for line
             d = v - attained
             while j < end:
                 done_sum += d

@@ -17,12 +17,12 @@ from slurm_ext.policy.compose import composed_score, describe
 from slurm_ext.policy.config import PolicyConfig
 from slurm_ext.policy.fairshare import multifactor_priority
 from slurm_ext.policy.gittins import GittinsTable, class_label, gpu_class
-from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table
+from slurm_ext.policy.guards import GUARDED, kept_guard_s, lifted, own_table, waited_since
 from slurm_ext.policy.queues import (
-    promoted,
     queue_of,
     queue_scale,
     queue_service,
+    starvation_lifts,
     uses_queues,
 )
 from slurm_ext.policy.tables import History, build_table
@@ -31,114 +31,116 @@ Key = tuple[int, int, float, float, int]
 
 
 def key_and_change(
+    job: JobView,
+    now: float,
     config: PolicyConfig,
     table: GittinsTable | None,
-    now: float,
-    job_id: int,
-    gpus: int,
-    submit_time: float,
-    attained_gpu_s: float,
-    executed_s: float,
-    running: bool,
-    last_run_s: float,
-    waiting_since: float | None,
-    promoted_at_gpu_s: float | None,
-    true_duration_s: float | None,
-    user: str = "",
-    job_name: str = "",
-    account: str = "",
-    time_limit_s: float | None = None,
     fair_share: float = 1.0,
 ) -> tuple[Key, float]:
     """The one definition of a job's sort key and of when it next changes on its own.
 
-    Arguments are `JobView`'s fields (see there); `priority_key` and `key_change_after`
-    read them off a view, the simulator passes its own numbers without building one.
-    The second value is the seconds until the key may change on its own (inf: only
-    events change it). Running jobs change at the end of protection, at queue
-    thresholds and at Gittins grid points; pending jobs at promotion. SRTF changes
-    continuously and returns 0. Only oracle policies read `true_duration_s`; the kind
-    (user, job_name, account, time_limit_s) picks the Gittins table (policy/kinds.py).
-    `fair_share` is the user's fair-share factor at the last calc pass (policy
-    "fairshare", and gittins with `fairshare_site_weight`); keys that read it (and the age
-    factor) change at the next pass.
+    `job`: the job's facts (the service's view; the simulator's `SimJob.view`). The
+    second value is the seconds until the key may change on its own (inf: only events
+    change it): running jobs at the end of protection, at queue thresholds and at
+    Gittins grid points; pending jobs at promotion; SRTF continuously (0). Only oracles
+    read `true_duration_s`; the job's kind picks its Gittins table (policy/kinds.py).
+    `fair_share`: the user's factor at the last calc pass (policy "fairshare", gittins
+    with `fairshare_site_weight`); keys that read it change at the next pass. One body
+    for the queued policies (the simulator's hot path: no further call but the table's).
     """
+    p = config.policy
+    if p != "gittins" and p != "las":
+        return _plain_key(job, now, config, fair_share)
+    running, gpus, attained = job.running, job.gpus, job.attained_gpu_s
+    last_run_s, promoted_at = job.last_run_s, job.promoted_at_gpu_s
     min_run_s = config.min_run_s
     prot = 0 if running and last_run_s < min_run_s else 1
-    p = config.policy
-    if p == "gittins" or p == "las":
-        after = math.inf
-        thresholds = config.queue_thresholds_gpu_s
-        # queue_scale() inlined: the queue limits stretch by GPUs ** exponent
-        e = config.queue_gpu_exponent
-        scale = gpus**e if e and gpus > 1 else 1.0
-        if running:
-            qs = attained_gpu_s
-            if promoted_at_gpu_s is not None:
-                qs = attained_gpu_s - promoted_at_gpu_s
-                if not qs > 0.0:  # max(0.0, qs)
-                    qs = 0.0
-            queue = bisect.bisect_right(thresholds, qs / scale)
-            if prot == 0:
-                after = min_run_s - last_run_s
-            if gpus > 0 and queue < len(thresholds):
-                t = (thresholds[queue] * scale - qs) / gpus
-                if t < after:
-                    after = t
-        else:
-            queue = bisect.bisect_right(thresholds, attained_gpu_s / scale)
-        score = 0.0
-        index = 0.0
-        if p == "gittins" and table is not None and table.samples:
-            table = own_table(table, gpus, user, job_name, account, time_limit_s, attained_gpu_s)
-            index, change_at = table.step(attained_gpu_s)
-            score = -index
-            if running and gpus > 0:
-                t = (change_at - attained_gpu_s) / gpus
-                if t < after:
-                    after = t
-                if promoted_at_gpu_s is not None and config.wait_guard_keep > 0:
-                    # a stint a guard started keeps the guard's rank (queue 0, ahead of
-                    # every unguarded job) for a while
-                    left = kept_guard_s(table, gpus, attained_gpu_s, promoted_at_gpu_s, config)
-                    if left > 0.0:
-                        queue, score = 0, GUARDED
-                        if left < after:
-                            after = left
-            elif not running and config.wait_guard_factor > 0 and index > 0 and gpus > 0:
-                # wait guard: waited >= factor x its predicted run (1 / index GPU-seconds
-                # over its GPUs) -> ahead of every unguarded job, first come first served
-                since = waiting_since if waiting_since is not None else submit_time
-                unit = config.wait_guard_factor / (index * gpus)  # factor x predicted run
-                left = since + unit - now
-                if left <= 0.0:
-                    score = GUARDED
-                elif left < after:
-                    after = left
-        factor = config.starvation_factor
-        if not running and factor > 0 and last_run_s > 0:
-            # starved() inlined: waited >= factor x last stint -> queue 0, else the key
-            # changes when it will have; only for a job the wait guard cannot judge
-            # (wait_judged: no index to scale its wait by)
-            judged = index > 0.0 and gpus > 0 and p == "gittins" and config.wait_guard_factor > 0
-            if not judged:
-                since = waiting_since if waiting_since is not None else submit_time
-                if now - since >= factor * last_run_s:
-                    queue = 0
-                else:
-                    left = since + factor * last_run_s - now
-                    if not left > 0.0:  # max(0.0, left)
-                        left = 0.0
+    after = math.inf
+    thresholds = config.queue_thresholds_gpu_s
+    e = config.queue_gpu_exponent  # queue_scale() inlined: limits x GPUs ** exponent
+    scale = gpus**e if e and gpus > 1 else 1.0
+    if running:
+        qs = attained
+        if promoted_at is not None:
+            qs = attained - promoted_at
+            if not qs > 0.0:  # max(0.0, qs)
+                qs = 0.0
+        queue = bisect.bisect_right(thresholds, qs / scale)
+        if prot == 0:
+            after = min_run_s - last_run_s
+        if gpus > 0 and queue < len(thresholds):
+            t = (thresholds[queue] * scale - qs) / gpus
+            if t < after:
+                after = t
+    else:
+        queue = bisect.bisect_right(thresholds, attained / scale)
+    score = index = 0.0
+    if p == "gittins" and table is not None and table.samples:
+        table = own_table(job, table)
+        index, change_at = table.step(attained)
+        score = -index
+        if running and gpus > 0:
+            t = (change_at - attained) / gpus
+            if t < after:
+                after = t
+            if promoted_at is not None and config.wait_guard_keep > 0:
+                # a stint a guard started keeps the guard's rank (queue 0, ahead of
+                # every unguarded job) for a while
+                left = kept_guard_s(job, table, config)
+                if left > 0.0:
+                    queue, score = 0, GUARDED
                     if left < after:
                         after = left
-        if p == "gittins" and config.fairshare_site_weight > 0:
-            # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
-            score = composed_score(score, now - submit_time, fair_share, config)
-            after = min(after, _to_next_pass(now, config))
-        return (prot, queue, score, submit_time, job_id), after
+        elif not running and config.wait_guard_factor > 0 and index > 0 and gpus > 0:
+            # wait guard: waited >= factor x its predicted run (1 / index GPU-seconds
+            # over its GPUs) -> ahead of every unguarded job, first come first served
+            since = job.waiting_since if job.waiting_since is not None else job.submit_time
+            left = since + config.wait_guard_factor / (index * gpus) - now
+            if left <= 0.0:
+                score = GUARDED
+            elif left < after:
+                after = left
+    if not running and config.starvation_factor > 0 and last_run_s > 0:
+        queue, after = _starvation_terms(job, now, config, index, queue, after)
+    if p == "gittins" and config.fairshare_site_weight > 0:
+        # composed with Slurm's multifactor (policy/compose.py; no history: index 0)
+        score = composed_score(score, now - job.submit_time, fair_share, config)
+        after = min(after, _to_next_pass(now, config))
+    return (prot, queue, score, job.submit_time, job.job_id), after
+
+
+def _starvation_terms(
+    job: JobView, now: float, config: PolicyConfig, index: float, queue: int, after: float
+) -> tuple[int, float]:
+    """`starved` inlined for a waiting job that has run: waited >= factor x last stint ->
+    queue 0, else the key changes when it will have; only for a job the wait guard cannot
+    judge (`wait_judged`: no index to scale its wait by). (queue, after) from the key's."""
+    factor = config.starvation_factor
+    judged = (
+        index > 0.0 and job.gpus > 0 and config.policy == "gittins" and config.wait_guard_factor > 0
+    )
+    if judged:
+        return queue, after
+    since = job.waiting_since if job.waiting_since is not None else job.submit_time
+    if now - since >= factor * job.last_run_s:
+        return 0, after
+    left = since + factor * job.last_run_s - now
+    if not left > 0.0:  # max(0.0, left)
+        left = 0.0
+    return queue, left if left < after else after
+
+
+def _plain_key(
+    job: JobView, now: float, config: PolicyConfig, fair_share: float
+) -> tuple[Key, float]:
+    """`key_and_change` for the unqueued policies (fifo, fairshare, multifactor and the
+    oracles)."""
+    p = config.policy
+    running, gpus, submit_time, job_id = job.running, job.gpus, job.submit_time, job.job_id
+    prot = 0 if running and job.last_run_s < config.min_run_s else 1
     after = math.inf
     if running and prot == 0:
-        after = config.min_run_s - last_run_s
+        after = config.min_run_s - job.last_run_s
     if p == "fifo":
         return (prot, 0, 0.0, submit_time, job_id), after
     if p == "fairshare":  # Slurm alone: age + fair-share, recomputed each calc pass
@@ -159,14 +161,14 @@ def key_and_change(
             - config.multifactor_age_weight * submit_time / 3600.0
         )
         return (prot, 0, score, submit_time, job_id), after
-    if true_duration_s is None:
+    if job.true_duration_s is None:
         raise ValueError(f"job {job_id}: oracle policy needs true_duration_s")
-    total = gpus * true_duration_s
+    total = gpus * job.true_duration_s
     if p == "sjf":
         return (prot, 0, total, submit_time, job_id), after
     if p == "srtf":
         after = 0.0 if running else math.inf
-        return (prot, 0, total - gpus * executed_s, submit_time, job_id), after
+        return (prot, 0, total - gpus * job.executed_s, submit_time, job_id), after
     raise ValueError(f"unknown policy {p!r}")
 
 
@@ -174,35 +176,6 @@ def _to_next_pass(now: float, config: PolicyConfig) -> float:
     """Seconds to the next fair-share calc pass (a boundary a hair away counts as now)."""
     period = config.fairshare_calc_period_s
     return (math.floor(now / period + 1e-9) + 1) * period - now
-
-
-def _key_and_change(
-    job: JobView,
-    now: float,
-    config: PolicyConfig,
-    table: GittinsTable | None,
-    fair_share: Mapping[str, float] | None = None,
-) -> tuple[Key, float]:
-    return key_and_change(
-        config,
-        table,
-        now,
-        job.job_id,
-        job.gpus,
-        job.submit_time,
-        job.attained_gpu_s,
-        job.executed_s,
-        job.running,
-        job.last_run_s,
-        job.waiting_since,
-        job.promoted_at_gpu_s,
-        job.true_duration_s,
-        job.user,
-        job.job_name,
-        job.account,
-        job.time_limit_s,
-        1.0 if fair_share is None else fair_share.get(job.user, 1.0),
-    )
 
 
 def priority_key(
@@ -214,7 +187,8 @@ def priority_key(
 ) -> Key:
     """The sort key of one job (`key_and_change`); only oracle policies read
     `true_duration_s`. `fair_share`: user -> factor (policy/fairshare.py), missing: 1."""
-    return _key_and_change(job, now, config, table, fair_share)[0]
+    fs = 1.0 if fair_share is None else fair_share.get(job.user, 1.0)
+    return key_and_change(job, now, config, table, fs)[0]
 
 
 def key_change_after(
@@ -225,7 +199,7 @@ def key_change_after(
     Running jobs change at the end of protection, at queue thresholds and at Gittins grid
     points; pending jobs at promotion. SRTF changes continuously and returns 0.
     """
-    return _key_and_change(job, now, config, table)[1]
+    return key_and_change(job, now, config, table)[1]
 
 
 def job_table(job: JobView, table: GittinsTable) -> tuple[GittinsTable, str]:
@@ -315,8 +289,8 @@ def explain(
                 )
             elif config.fairshare_site_weight > 0:
                 parts.append(describe(key[2], config))
-        if promoted(job, now, config, table):
-            since = job.waiting_since if job.waiting_since is not None else job.submit_time
+        if starvation_lifts(job, now, config, table):
+            since = waited_since(job)
             parts.append(
                 f"promoted to queue 0: waited {now - since:.0f} s >= "
                 f"{config.starvation_factor:g} x last run {job.last_run_s:.0f} s"
@@ -371,7 +345,7 @@ def decide(
         rank=i,
         queue=key[1],
         index=_reported_index(job, key, config, table, chosen),
-        promoted=uses_queues(config) and promoted(job, now, config, table),
+        promoted=uses_queues(config) and starvation_lifts(job, now, config, table),
         guarded=lifted(job, key[2], now, config, table),
         reason=explain(job, key, now, config, table, chosen),
         group=(chosen[1] or "pooled") if chosen else "",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from slurm_ext.core import tomlio
 from slurm_ext.core.fragmentation import JobRuns, even_split, summarize
-from slurm_ext.policy.placement import MODES
+from slurm_ext.policy import MODES
 from slurm_ext.replay.plan import ReplayJob
 from slurm_ext.replay.records import RecordsError, _epoch, run_sacct
 from slurm_ext.replay.target import _GRES_GPU, Target, TargetError, _run

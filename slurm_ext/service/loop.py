@@ -19,8 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from slurm_ext.core.classes import load_classes
 from slurm_ext.core.model import Cluster, Decision, Job, JobClasses, JobView, Node
-from slurm_ext.policy.guards import starts_promoted
-from slurm_ext.policy.reasons import could_start, no_preemption_note, steady_reason
+from slurm_ext.policy import could_start, no_preemption_note, starts_promoted, steady_reason
 from slurm_ext.predict.from_store import PeriodicRebuild
 from slurm_ext.service.config import ServiceConfig, SlurmSection
 from slurm_ext.service.fold import TERMINAL, fold, persisted_fields

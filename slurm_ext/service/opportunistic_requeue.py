@@ -29,7 +29,7 @@ from slurm_ext.core.config import positive
 from slurm_ext.core.model import Job, JobClasses, JobState
 from slurm_ext.core.reports import JobReport
 from slurm_ext.policy import colocation as co
-from slurm_ext.policy.opportunistic import overdue
+from slurm_ext.policy import overdue
 
 log = logging.getLogger("slurm_ext.service.loop")
 

@@ -11,6 +11,12 @@ stands (keys that read Slurm's age factor are computed afresh every pass). The
 result is `policy.rank`'s, decision for decision: the simulator's
 incremental keys (sim/keys.py) rest on the same `key_and_change`, and tests hold this
 cache to `rank` pass after pass.
+
+The simulator keeps its own incremental keys rather than this cache: it is told of every
+change (an event re-keys the job, a wake-up comes at the moment `key_and_change` names),
+so a key cache there would never hit and only cost its bookkeeping (measured in
+sim/keys.py), while this one polls: a pass sees every job and must find out which keys
+still hold. What both need, the key and when it changes, is `key_and_change` itself.
 """
 
 from __future__ import annotations
@@ -19,9 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_ext.core.model import Completed, Decision, JobView
-from slurm_ext.policy import PolicyConfig, build_table
-from slurm_ext.policy.gittins import GittinsTable
-from slurm_ext.policy.ranking import Key, _key_and_change, decide
+from slurm_ext.policy import GittinsTable, Key, PolicyConfig, build_table, decide, key_and_change
 from slurm_ext.store.rows import copy_with
 
 # a key is recomputed this long before the moment it may change: a float's rounding of
@@ -62,7 +66,7 @@ class RankCache:
         for v in views:
             k = old.get(v.job_id)
             if k is None or k.view is not v or now >= k.until:
-                key, after = _key_and_change(v, now, config, table)
+                key, after = key_and_change(v, now, config, table)
                 k = _Kept(v, key, now + after - MARGIN_S, None)
             kept[v.job_id] = k
             by_id[v.job_id] = (k.key, v)

@@ -21,10 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
 from slurm_ext.core.model import Decision, Job
-from slurm_ext.policy import PolicyConfig
-from slurm_ext.policy.compose import live_key, site_factor
-from slurm_ext.policy.guards import GUARDED
-from slurm_ext.policy.ranking import Key
+from slurm_ext.policy import GUARDED, Key, PolicyConfig, live_key, site_factor
 from slurm_ext.store.rows import DecisionRecord, copy_with
 
 

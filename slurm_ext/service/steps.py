@@ -11,17 +11,20 @@ from dataclasses import dataclass, field, replace
 
 from slurm_ext.core.hints import parse_hints
 from slurm_ext.core.model import Cluster, Decision, Job, JobState, JobView, Node
-from slurm_ext.policy import PolicyConfig, network_sensitive, place
-from slurm_ext.policy.placement import asks_fewest_nodes, consolidate_for
-from slurm_ext.policy.preemption import (
+from slurm_ext.policy import (
+    PolicyConfig,
     RunningJob,
     WaitingJob,
+    asks_fewest_nodes,
     choose_victims,
+    consolidate_for,
+    could_start,
     fits_now,
+    network_sensitive,
+    place,
     requeue_cost_gpu_s,
     why_no_victims,
 )
-from slurm_ext.policy.reasons import could_start
 from slurm_ext.store.rows import DecisionRecord, JobRecord
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy import min_nodes
 from slurm_ext.sim.bfany import AnyNodes
 
 if TYPE_CHECKING:

@@ -35,9 +35,7 @@ from collections.abc import Sequence
 from heapq import heappop, heappush
 from operator import itemgetter
 
-from slurm_ext.policy import choose_gpus
-from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.preemption import requeue_cost_gpu_s
+from slurm_ext.policy import choose_gpus, min_nodes, requeue_cost_gpu_s
 from slurm_ext.sim.cluster import Alloc
 from slurm_ext.sim.simjob import SimConfig, SimJob
 from slurm_ext.sim.state import ABOVE_ALL, Engine, SimState

@@ -11,8 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from slurm_ext.policy import FreeIndex, network_sensitive
-from slurm_ext.policy.placement import consolidate_for
+from slurm_ext.policy import FreeIndex, consolidate_for, network_sensitive
 from slurm_ext.sim.cpus import cpu_speed, even_share
 from slurm_ext.sim.simjob import SimConfig, SimJob
 from slurm_ext.sim.traces import TraceJob

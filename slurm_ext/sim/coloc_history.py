@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_ext.policy.colocation import Prediction
+from slurm_ext.policy import Prediction
 
 KINDS = ("model", "name", "user")  # most specific first
 MAX_KEY_LEN = 256  # a job name or user comes from a user: bounded before it is stored

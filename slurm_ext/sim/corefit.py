@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy import min_nodes
 
 Alloc = list[tuple[str, int]]
 

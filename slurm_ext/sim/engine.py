@@ -41,10 +41,14 @@ from heapq import heappop
 from typing import cast
 
 from slurm_ext.core.model import Completed, JobView
-from slurm_ext.policy import GittinsTable, PolicyConfig, spread_slowdown
-from slurm_ext.policy.guards import wait_guarded
-from slurm_ext.policy.placement import min_nodes
-from slurm_ext.policy.queues import starvation_lifts
+from slurm_ext.policy import (
+    GittinsTable,
+    PolicyConfig,
+    min_nodes,
+    spread_slowdown,
+    starvation_lifts,
+    wait_guarded,
+)
 from slurm_ext.sim.clearing import NodeClearing, all_may_go, max_requeue_cost
 from slurm_ext.sim.cluster import Alloc, ClusterState, sim_jobs
 from slurm_ext.sim.keys import KeyedQueues
@@ -302,15 +306,10 @@ class Simulator:
         if job.finish is not None:  # a finished job started again: a run without end
             raise SimulationStuck(f"job {job.id} started at t={now:.0f} s after it finished")
         self.starts += 1
-        promoted = starvation_lifts(
-            cfg, keys.table, now, False, job.last_run, job.waiting_since, job.submit,
-            job.gpus, job.attained, job.user, job.name, job.account, job.limit,
-        )  # fmt: skip
+        facts = job.view(now)
+        promoted = starvation_lifts(facts, now, cfg, keys.table)
         if not promoted and cfg.wait_guard_keep > 0:
-            promoted = wait_guarded(
-                cfg, keys.table, now, job.gpus, job.attained, job.waiting_since,
-                job.user, job.name, job.account, job.limit,
-            )  # fmt: skip
+            promoted = wait_guarded(facts, now, cfg, keys.table)
         job.begin_stint(now, promoted)
         st.cluster.take(job, alloc)
         keys.pending_ver += 1  # it leaves the pending set

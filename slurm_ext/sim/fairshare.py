@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from slurm_ext.policy.config import PolicyConfig
-from slurm_ext.policy.fairshare import UsageLedger
+from slurm_ext.policy import PolicyConfig, UsageLedger
 
 
 class _Job(Protocol):

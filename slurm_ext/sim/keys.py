@@ -1,6 +1,6 @@
 """The simulator's priority keys, kept incrementally: the very keys
-`policy.priority_key` computes, and when each changes on its own
-(`policy.key_change_after`), for a wake-up at that moment.
+`policy.key_and_change` computes from each job's facts (`SimJob.view`), and when each
+changes on its own, for a wake-up at that moment.
 
 One heap of pending jobs per (GPU count, must-consolidate, cores per GPU) bucket (jobs
 that need the same room: when the best cannot start, none can) and one heap of running
@@ -10,6 +10,10 @@ test can check them against `policy.rank` on the same state.
 
 What the keys read lives here too: the Gittins table and the history it is built from,
 each job's kind table (`choices`) and Slurm's fair-share usage (`ledger`).
+
+Not the service's key cache (service/rank_cache.py): every re-key here follows an event
+or the wake-up `key_and_change` asked for, so an id-keyed cache of keys would never hit
+and only add its lookups; what the two share is `key_and_change` itself.
 """
 
 from __future__ import annotations
@@ -21,9 +25,7 @@ from heapq import heapify, heappop, heappush
 from math import nextafter
 
 from slurm_ext.core.model import Completed
-from slurm_ext.policy import GittinsTable, build_table
-from slurm_ext.policy.kinds import Choice
-from slurm_ext.policy.ranking import key_and_change
+from slurm_ext.policy import Choice, GittinsTable, build_table, key_and_change
 from slurm_ext.sim.clearing import NodeClearing
 from slurm_ext.sim.fairshare import fairshare_ledger
 from slurm_ext.sim.simjob import SimJob
@@ -83,14 +85,7 @@ class KeyedQueues:
         st = self.st
         ledger = self.ledger
         fs = 1.0 if ledger is None else ledger.at(job.user, now, st.running_jobs)
-        # the numbers `job.view(now)` would hold, without building it
-        if running:
-            ran = now - job.start
-            attained, executed, last_run = job.attained + job.gpus * ran, job.executed + ran, ran
-            waiting_since, promoted_at = None, job.promoted_at
-        else:
-            attained, executed, last_run = job.attained, job.executed, job.last_run
-            waiting_since, promoted_at = job.waiting_since, None
+        facts = job.view(now)  # kept per wait or stint, moved on while it runs
         table = self.table
         if table is not None and table.kinds is not None:
             # the table `own_table` would pick, from the job's kind choice (`choices`: kept
@@ -100,14 +95,10 @@ class KeyedQueues:
                 choice = self.choices[job] = table.kinds.choose(
                     job.gpus, job.user, job.name, job.account, job.limit
                 )
-            own = choice.pick(attained)
+            own = choice.pick(facts.attained_gpu_s)
             if own.samples:  # the same key from its own table (no kinds: read as is)
                 table = own
-        key, after = key_and_change(
-            self.cfg, table, now, job.id, job.gpus, job.submit, attained, executed, running,
-            last_run, waiting_since, promoted_at, job.duration, job.user, job.name,
-            job.account, job.limit, fs,
-        )  # fmt: skip
+        key, after = key_and_change(facts, now, self.cfg, table, fs)
         if not wake or key != old:
             job.key = key
             ver = job.key_ver = job.key_ver + 1

@@ -16,13 +16,7 @@ from collections.abc import Iterable, Iterator
 from heapq import heappop
 from operator import itemgetter
 
-from slurm_ext.policy import choose_gpus
-from slurm_ext.policy.preemption import (
-    RunningJob,
-    WaitingJob,
-    choose_victims,
-    requeue_cost_gpu_s,
-)
+from slurm_ext.policy import RunningJob, WaitingJob, choose_gpus, choose_victims, requeue_cost_gpu_s
 from slurm_ext.sim.clearing import NodeClearing
 from slurm_ext.sim.cluster import Alloc
 from slurm_ext.sim.keys import KeyedQueues

@@ -181,7 +181,7 @@ class SimJob:
         "alloc", "slowdown", "overhead", "key", "key_ver", "run_ver", "finish", "stints",
         "preemptions", "first_start", "promoted_at", "cpus_per_gpu", "speed",
         "limit", "preemptible", "killed", "timed_out", "name", "account", "service",
-        "candidate",
+        "candidate", "facts",
     )  # fmt: skip
 
     def __init__(
@@ -226,6 +226,7 @@ class SimJob:
         self.killed = False  # this stint's end event is its time limit
         self.timed_out = False  # killed at its limit (finished, unfinished work)
         self.candidate: Candidate | None = None  # as the backfill pass sees it (made once)
+        self.facts: tuple[tuple, JobView] | None = None  # `view`'s, and what made them
 
     def begin_stint(self, now: float, promoted: bool) -> None:
         """A run stint starts at `now`; `promoted`: the starvation guard lifted the job,
@@ -240,22 +241,38 @@ class SimJob:
         self.promoted_at = None
 
     def view(self, now: float) -> JobView:
+        """The job's facts at `now`, built once per wait or stint (`facts`: the numbers
+        they were built from, and the facts) and, while it runs, moved on to `now`
+        (`JobView.running_for`): the simulator re-keys each job at every grid point it
+        crosses and at every history refresh."""
         # from the copied fields: a job running on shards (sim/coloc.py) has no stint
-        ran = now - self.start if self.running else 0.0
+        running = self.running
+        if running:
+            made = (True, self.attained, self.executed, self.promoted_at, self.start)
+        else:
+            made = (False, self.attained, self.executed, self.last_run, self.waiting_since)
+        memo = self.facts
+        if memo is None or memo[0] != made:
+            memo = self.facts = (made, self._facts())
+        return memo[1].running_for(now - self.start) if running else memo[1]
+
+    def _facts(self) -> JobView:
+        """The job's facts as it waits, or as its running stint starts."""
+        running = self.running
         return JobView(
             job_id=self.id,
             gpus=self.gpus,
             submit_time=self.submit,
-            attained_gpu_s=self.attained + self.gpus * ran,
-            executed_s=self.executed + ran,
-            running=self.running,
-            last_run_s=ran if self.running else self.last_run,
-            waiting_since=None if self.running else self.waiting_since,
+            attained_gpu_s=self.attained,
+            executed_s=self.executed,
+            running=running,
+            last_run_s=0.0 if running else self.last_run,
+            waiting_since=None if running else self.waiting_since,
             user=self.user,
             partition=self.partition,
             model_tag=self.model,
             true_duration_s=self.duration,
-            promoted_at_gpu_s=self.promoted_at if self.running else None,
+            promoted_at_gpu_s=self.promoted_at if running else None,
             job_name=self.name,
             account=self.account,
             time_limit_s=self.limit,

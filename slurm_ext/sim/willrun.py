@@ -37,7 +37,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from slurm_ext.policy.placement import min_nodes
+from slurm_ext.policy import min_nodes
 
 if TYPE_CHECKING:
     from slurm_ext.sim.bfinputs import Candidate

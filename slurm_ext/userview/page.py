@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from html import escape
 
 from slurm_ext.core.durations import duration
-from slurm_ext.policy.reasons import reason_words
+from slurm_ext.policy import reason_words
 from slurm_ext.userview.rows import FreeGpus
 
 CSS = """
