@@ -108,7 +108,9 @@ def clean_queue(slurm_cluster: LocalCluster) -> Iterator[LocalCluster]:
 
 
 def _cancel_all(cluster: LocalCluster) -> None:
-    cluster.run("scancel", "--full", f"--partition={cluster.partition}", check=False)
+    """Cancel every job in the cluster's partitions and wait until none is left."""
+    for partition in cluster.partition_names:
+        cluster.run("scancel", "--full", f"--partition={partition}", check=False)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         out = cluster.run("squeue", "-h", "-t", "PD,R,CG,S", "-o", "%i", check=False)
@@ -116,6 +118,31 @@ def _cancel_all(cluster: LocalCluster) -> None:
             return
         time.sleep(0.2)
     raise RuntimeError(f"jobs still present after scancel: {out.split()}")
+
+
+@pytest.fixture(scope="module", params=SLURM_VERSIONS)
+def hetero(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """A heterogeneous cluster (partitions a100 and h100 of typed nodes, a GPU-per-user
+    QOS) for one test module and Slurm release."""
+    from slurm_ext.testing.record_cluster import heterogeneous_cluster
+
+    prefix = cluster_options(request.param).get("prefix")
+    cluster = heterogeneous_cluster(prefix, root=tmp_path_factory.mktemp("hetero") / "c")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture
+def empty(hetero: LocalCluster) -> Iterator[LocalCluster]:
+    """The module's heterogeneous cluster with no job before and after the test."""
+    _cancel_all(hetero)
+    yield hetero
+    _cancel_all(hetero)
 
 
 def free_port() -> int:

@@ -10,47 +10,15 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
-from conftest import cluster_options, wait_for
+from conftest import wait_for
 
 from slurm_ext.slurm import CliSlurmClient
 from slurm_ext.slurm.site_conf import read_site_conf
 from slurm_ext.testing.cluster import ClusterError, LocalCluster
-from slurm_ext.testing.record_cluster import heterogeneous_cluster
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(scope="module", params=["22.05", "25.11"])
-def hetero(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    prefix = cluster_options(request.param).get("prefix")
-    cluster = heterogeneous_cluster(prefix, root=tmp_path_factory.mktemp("hetero") / "c")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.cleanup()
-
-
-@pytest.fixture
-def empty(hetero: LocalCluster) -> Iterator[LocalCluster]:
-    """The module's cluster with no job before and after the test."""
-    cancel_all(hetero)
-    yield hetero
-    cancel_all(hetero)
-
-
-def cancel_all(cluster: LocalCluster) -> None:
-    for partition in cluster.partition_names:
-        cluster.run("scancel", "--full", f"--partition={partition}", check=False)
-    wait_for(
-        lambda: not cluster.run("squeue", "-h", "-o", "%i", check=False).strip(),
-        what="the queue to empty",
-    )
 
 
 def squeue(cluster: LocalCluster, job: int) -> list[str]:

@@ -12,17 +12,15 @@ a job held by `Dependency`: every such requeue is counted here as useless and mu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import cluster_options, live_client, wait_for
+from conftest import live_client, wait_for
 
 from slurm_ext.policy import PolicyConfig
 from slurm_ext.service.loop import PassResult, Service, ServiceConfig
 from slurm_ext.store.db import Store
 from slurm_ext.testing.cluster import LocalCluster
-from slurm_ext.testing.record_cluster import heterogeneous_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -31,34 +29,6 @@ CKPT = ("--requeue", "--comment=checkpoint=1")
 POLICY = PolicyConfig(
     queue_thresholds_gpu_s=[10.0], queue_gpu_exponent=0.0, min_run_s=0.0, preemption_cost=False
 )
-
-
-@pytest.fixture(scope="module", params=["22.05", "25.11"])
-def hetero(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    prefix = cluster_options(request.param).get("prefix")
-    cluster = heterogeneous_cluster(prefix, root=tmp_path_factory.mktemp("preempt") / "c")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.cleanup()
-
-
-@pytest.fixture
-def empty(hetero: LocalCluster) -> Iterator[LocalCluster]:
-    cancel_all(hetero)
-    yield hetero
-    cancel_all(hetero)
-
-
-def cancel_all(cluster: LocalCluster) -> None:
-    cluster.run("scancel", "--full", "--user=root", check=False)
-    wait_for(
-        lambda: not cluster.run("squeue", "-h", "-o", "%i", check=False).strip(),
-        what="the queue to empty",
-    )
 
 
 def squeue(cluster: LocalCluster, job: int) -> list[str]:
