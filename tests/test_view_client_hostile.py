@@ -21,8 +21,8 @@ from slurm_ext.userview import client as view_client
 from slurm_ext.userview.client import ViewError, fetch_job, fetch_queue
 
 ROW = {
-    "job_id": 2, "user": "bob", "state": "PENDING", "state_code": "PD", "gpus": 4,
-    "rank": 1, "queue": 0, "gittins": 0.5, "group": "pooled", "group_samples": 9,
+    "job_id": 2, "user": "bob", "partition": "gpu", "state": "PENDING", "state_code": "PD",
+    "gpus": 4, "rank": 1, "queue": 0, "gittins": 0.5, "group": "pooled", "group_samples": 9,
     "attained_gpu_s": 0.0, "wait_s": 600.0, "run_s": None, "value_set": 7, "mode": None,
     "slurm_priority": None, "reason": "Resources", "policy_reason": "queue 0",
     "promoted": False,

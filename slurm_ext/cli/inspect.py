@@ -24,8 +24,11 @@ import time
 import click
 
 from slurm_ext.cli.options import (
+    CLIENT_CONFIG,
     EXIT_CONFIG,
+    SERVER_ENV,
     config_option,
+    default_server,
     json_option,
     load_service_config,
     open_store,
@@ -37,6 +40,7 @@ from slurm_ext.core.model import JobState
 from slurm_ext.policy import fragmentation, reason_words
 from slurm_ext.service.loop import ServiceConfig
 from slurm_ext.slurm import SlurmError
+from slurm_ext.store.db import Store
 from slurm_ext.userview.privacy import anonymous, view_mode
 from slurm_ext.userview.rows import (
     Waiting,
@@ -98,7 +102,21 @@ def _from_server(server: str, job_id: int | None = None) -> dict:
 @click.option(
     "--all", "show_all", is_flag=True, help="Include jobs outside the managed partitions."
 )
-def queue(config_path: str | None, as_json: bool, server: str | None, show_all: bool) -> None:
+@click.option("--me", is_flag=True, help="Only your jobs.")
+@click.option("-u", "--user", "users", metavar="USER[,USER]", help="Only these users' jobs.")
+@click.option(
+    "-p", "--partition", "partitions", metavar="PARTITION[,PARTITION]",
+    help="Only jobs in these partitions.",
+)  # fmt: skip
+def queue(
+    config_path: str | None,
+    as_json: bool,
+    server: str | None,
+    show_all: bool,
+    me: bool,
+    users: str | None,
+    partitions: str | None,
+) -> None:
     """Pending and running jobs in the service's order, with what Slurm shows."""
     if server and show_all:
         click.echo(
@@ -107,11 +125,23 @@ def queue(config_path: str | None, as_json: bool, server: str | None, show_all: 
             err=True,
         )
         sys.exit(EXIT_CONFIG)
+    if not show_all:  # --all reads the store here, whatever the defaults name
+        server = default_server(server, config_path)
+    wanted = _names(users) | ({_caller()} if me else set())
     if server:
         doc = _from_server(server)
         rows, last = doc["jobs"], doc["last_pass"]
+        if wanted and any(not r["user"] for r in rows):
+            echo_safe(
+                f"slurm-ext: {server} shows no user names (Slurm hides them): --me and "
+                "--user cannot pick your jobs there; find yours by job id "
+                "(slurm-ext explain JOBID)",
+                err=True,
+            )
+            sys.exit(EXIT_SERVER)
     else:
         rows, last = _local_queue(load_service_config(config_path), show_all)
+    rows = only(rows, wanted, _names(partitions))
     if as_json:
         echo_json({"jobs": rows, "last_pass": last})
         return
@@ -125,9 +155,25 @@ def queue(config_path: str | None, as_json: bool, server: str | None, show_all: 
         )
 
 
+def _names(text: str | None) -> set[str]:
+    """The names of a comma-separated option (squeue's -u and -p take such lists)."""
+    return {n.strip() for n in (text or "").split(",") if n.strip()}
+
+
+def only(rows: list[dict], users: set[str], partitions: set[str]) -> list[dict]:
+    """The rows of these users and of jobs in these partitions (an empty set: any); a job
+    pending in several partitions ("gpu,debug") is in each."""
+    return [
+        r
+        for r in rows
+        if (not users or r["user"] in users)
+        and (not partitions or partitions & set(r["partition"].split(",")))
+    ]
+
+
 def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict | None]:
     """Rows from the store and, for what Slurm shows now, from Slurm."""
-    store = open_store(cfg, readonly=True)
+    store = _open_store(cfg)
     with store.snapshot():
         decisions, records, last = store.decisions(), store.jobs(), store.last_pass()
     store.close()
@@ -150,6 +196,7 @@ def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict |
                 now,
                 job_id=j.job_id,
                 user=j.user,
+                partition=j.partition,
                 state=j.state.value,
                 state_code=j.state.code,
                 gpus=j.gpus,
@@ -170,6 +217,7 @@ def _local_queue(cfg: ServiceConfig, show_all: bool) -> tuple[list[dict], dict |
 @click.argument("job_id", type=int)
 def explain(config_path: str | None, as_json: bool, server: str | None, job_id: int) -> None:
     """Why this job has its rank, why it is not running, where it was placed."""
+    server = default_server(server, config_path)
     if server:
         info = _from_server(server, job_id)
     else:
@@ -217,7 +265,7 @@ def explain_lines(job_id: int, info: dict) -> list[str]:
 
 def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
     """The explanation from the store and, for what Slurm shows now, from Slurm."""
-    store = open_store(cfg, readonly=True)
+    store = _open_store(cfg)
     with store.snapshot():
         d, rec, pinned = store.decisions().get(job_id), store.job(job_id), job_id in store.pins()
     store.close()
@@ -250,6 +298,26 @@ def _local_explain(cfg: ServiceConfig, job_id: int) -> dict:
     if view_mode(setting, None if setting != "auto" else private_data(client)) == "full":
         return info
     return anonymous(info)
+
+
+def _open_store(cfg: ServiceConfig) -> Store:
+    """The store, read-only; where the caller cannot read it (a login node, or a user
+    outside the service's group: the store is 0640), one sentence on how to ask the
+    service's view instead, and exit 2."""
+    if not os.access(cfg.store, os.R_OK):
+        why = (
+            "you cannot read the service's store"
+            if os.path.exists(cfg.store)
+            else "store not found here (has the service run yet?)"
+        )
+        echo_safe(
+            f"slurm-ext: {cfg.store}: {why}; ask the service's view "
+            f"instead: --server http://CONTROLLER:PORT, or set {SERVER_ENV}=http://CONTROLLER:PORT, "
+            f'or server = "http://CONTROLLER:PORT" in {CLIENT_CONFIG} (your admin has the address)',
+            err=True,
+        )
+        sys.exit(EXIT_SERVER)
+    return open_store(cfg, readonly=True)
 
 
 def _caller() -> str:

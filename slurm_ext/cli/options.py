@@ -9,8 +9,10 @@ policy file and the job draws (`--preemptible-fraction`, `--checkpoint-interval`
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +33,10 @@ from slurm_ext.store.db import Store, StoreError
 log = logging.getLogger("slurm_ext.cli")
 DEFAULT_CONFIG = "/etc/slurm-ext/service.toml"
 EXIT_CONFIG = 2
+# where `queue` and `explain` find the service's view when no --server is given
+SERVER_ENV = "SLURM_EXT_SERVER"
+CLIENT_CONFIG = "/etc/slurm-ext/client.toml"
+CLIENT_CONFIG_ENV = "SLURM_EXT_CLIENT_CONFIG"  # another client.toml (tests, a user's own)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,6 +65,35 @@ def load_service_config(path: str | None) -> ServiceConfig:
     except ConfigError as exc:
         click.echo(f"slurm-ext: config error: {safe(str(exc))}", err=True)
         sys.exit(EXIT_CONFIG)
+
+
+@dataclass
+class ClientConfig:
+    """client.toml: what login-node commands read when they cannot read the store."""
+
+    server: str = ""  # the service's view, http://HOST:PORT ("": none)
+
+
+def default_server(server: str | None, config_path: str | None) -> str | None:
+    """The view `queue` and `explain` ask: `server` (--server) if given; else none when
+    --config names the service's own config (its store, here); else $SLURM_EXT_SERVER;
+    else client.toml's `server` (exit 2 naming the file and key if it is bad); else
+    none (the local store)."""
+    if server or config_path is not None:
+        return server or None
+    if os.environ.get(SERVER_ENV):
+        return os.environ[SERVER_ENV]
+    path = os.environ.get(CLIENT_CONFIG_ENV) or CLIENT_CONFIG
+    if not Path(path).is_file():
+        return None
+    try:
+        cfg = load_config(ClientConfig, path)
+        if cfg.server and not cfg.server.startswith(("http://", "https://")):
+            raise ConfigError(path, "server", f"{cfg.server!r}: give http://HOST:PORT")
+    except ConfigError as exc:
+        click.echo(f"slurm-ext: config error: {safe(str(exc))}", err=True)
+        sys.exit(EXIT_CONFIG)
+    return cfg.server or None
 
 
 def load_service_classes(cfg: ServiceConfig) -> JobClasses:

@@ -40,8 +40,8 @@ DEADLINE_S = 10.0
 # what `queue` reads of each row of /v1/queue, and `explain` of /v1/jobs/ID
 # (slurm_ext/userview/rows.py queue_row and explain_info make them); "?" allows null
 QUEUE_ROW = {
-    "job_id": "int", "user": "str", "state": "str", "state_code": "str", "gpus": "int",
-    "rank": "int?", "queue": "int?", "gittins": "num?", "group": "str?",
+    "job_id": "int", "user": "str", "partition": "str", "state": "str", "state_code": "str",
+    "gpus": "int", "rank": "int?", "queue": "int?", "gittins": "num?", "group": "str?",
     "group_samples": "int", "attained_gpu_s": "num", "wait_s": "num?", "run_s": "num?",
     "value_set": "int?", "mode": "str?", "slurm_priority": "int?", "reason": "str",
     "policy_reason": "str", "promoted": "bool",

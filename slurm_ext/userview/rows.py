@@ -36,13 +36,15 @@ def _times(rec: JobRecord | None, now: float) -> tuple[float | None, float | Non
 
 def queue_row(d: DecisionRecord | None, rec: JobRecord | None, now: float, **slurm: object) -> dict:
     """One queue line from the store. `slurm` overrides it with what Slurm says now
-    (job_id, user, state, state_code, gpus, wait_s, run_s, mode, slurm_priority, reason)
+    (job_id, user, partition, state, state_code, gpus, wait_s, run_s, mode, slurm_priority,
+    reason)
     on the controller's local path."""
     state = rec.state if rec else ""
     wait, run = _times(rec, now)
     row = {
         "job_id": d.job_id if d else rec.job_id if rec else None,
         "user": rec.user if rec else "",
+        "partition": rec.partition if rec else "",
         "state": state,
         "state_code": JobState.parse(state).code if state else "",
         "gpus": rec.gpus if rec else 0,
