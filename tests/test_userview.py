@@ -4,7 +4,9 @@ setting, its refresh rule, a client that never reads, and `queue/explain --serve
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import json
 import socket
 import sqlite3
 import threading
@@ -51,11 +53,17 @@ def one_pass(path, jobs, nodes) -> Service:
 @pytest.fixture
 def served(tmp_path, request):
     """(base URL, UserView, listener) over a store one pass wrote; param: privacy."""
-    path = tmp_path / "service.db"
-    svc = one_pass(path, *snapshot())
+    with serving(tmp_path / "service.db", *snapshot(), getattr(request, "param", "full")) as out:
+        yield out
+
+
+@contextlib.contextmanager
+def serving(path, jobs, nodes, privacy: str = "full"):
+    """The service's listener with a UserView over a store one pass over `jobs` wrote."""
+    svc = one_pass(path, jobs, nodes)
     view = UserView(
         path,
-        getattr(request, "param", "full"),
+        privacy,
         0.05,
         rate=1000.0,
         burst=1000,
@@ -70,10 +78,12 @@ def served(tmp_path, request):
         "127.0.0.1", 0, ServiceMetrics(), None, lambda r: 0, limits=limits, view=view
     )
     server.svc = svc  # the service whose passes write the store
-    yield f"http://127.0.0.1:{server.server_port}", view, server
-    server.shutdown()
-    view.close()
-    svc.store.close()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", view, server
+    finally:
+        server.shutdown()
+        view.close()
+        svc.store.close()
 
 
 def ready(view: UserView) -> None:
@@ -326,3 +336,87 @@ def test_queue_and_explain_with_server(served):
     closed.close()
     res = runner.invoke(queue, ["--server", f"http://127.0.0.1:{port}"])
     assert res.exit_code == 2 and "cannot reach the service" in res.output
+
+
+def _partitioned() -> tuple[list[Job], list[Node]]:
+    """The snapshot with job 1 in "gpu", job 2 pending in "gpu,debug", job 3 in "debug"."""
+    jobs, nodes = snapshot()
+    parts = {1: "gpu", 2: "gpu,debug", 3: "debug"}
+    return [replace(j, partition=parts[j.job_id]) for j in jobs], nodes
+
+
+def _ids(res) -> list[int]:
+    assert res.exit_code == 0, res.output
+    return [r["job_id"] for r in json.loads(res.output)["jobs"]]
+
+
+def test_queue_filters_by_user_and_partition_locally_and_from_the_server(tmp_path, monkeypatch):
+    import slurm_ext.cli.inspect as inspect_mod
+
+    jobs, nodes = _partitioned()
+    config = tmp_path / "service.toml"
+    config.write_text(f'store = "{tmp_path / "service.db"}"\nhistory_source = "store"\n')
+    # the local path asks Slurm for what it shows now: the snapshot the pass read
+    monkeypatch.setattr(inspect_mod, "service_client", lambda cfg: ReplayClient(jobs, nodes))
+    runner = CliRunner()
+    with serving(tmp_path / "service.db", jobs, nodes) as (base, _, _):
+        for where in (["--server", base], ["--config", str(config)]):
+            assert _ids(runner.invoke(queue, [*where, "--json"])) == [1, 2, 3]
+            assert _ids(runner.invoke(queue, [*where, "--json", "-u", "carol"])) == [3]
+            both = ["--json", "--user", "alice,carol"]
+            assert _ids(runner.invoke(queue, [*where, *both])) == [1, 3]
+            assert _ids(runner.invoke(queue, [*where, "--json", "-p", "gpu"])) == [1, 2]
+            assert _ids(runner.invoke(queue, [*where, "--json", "-p", "debug"])) == [2, 3]
+            mixed = ["--json", "-p", "debug", "-u", "alice"]
+            assert _ids(runner.invoke(queue, [*where, *mixed])) == []
+            res = runner.invoke(queue, [*where, "-p", "debug"])  # the table too
+            assert res.exit_code == 0, res.output
+            assert [ln.split()[1] for ln in res.output.splitlines()[1:3]] == ["2", "3"]
+            assert len(res.output.splitlines()) == 4  # header, two jobs, last pass
+
+
+def test_queue_me_is_the_callers_jobs(tmp_path, monkeypatch):
+    import slurm_ext.cli.inspect as inspect_mod
+
+    jobs, nodes = _partitioned()
+    with serving(tmp_path / "service.db", jobs, nodes) as (base, _, _):
+        monkeypatch.setattr(inspect_mod, "_caller", lambda: "carol")
+        assert _ids(CliRunner().invoke(queue, ["--server", base, "--json", "--me"])) == [3]
+        monkeypatch.setattr(inspect_mod, "_caller", lambda: "dave")
+        assert _ids(CliRunner().invoke(queue, ["--server", base, "--json", "--me"])) == []
+
+
+def test_user_filters_on_an_anonymous_view_say_why_they_cannot(tmp_path):
+    with serving(tmp_path / "service.db", *snapshot(), "anonymous") as (base, _, _):
+        res = CliRunner().invoke(queue, ["--server", base, "-u", "carol"])
+        assert res.exit_code == 2 and "shows no user names" in res.output
+        assert _ids(CliRunner().invoke(queue, ["--server", base, "--json"])) == [1, 2, 3]
+
+
+def test_the_server_defaults_to_the_environment_then_client_toml(tmp_path):
+    client_toml = tmp_path / "client.toml"
+    with serving(tmp_path / "service.db", *snapshot()) as (base, _, _):
+        absent = "http://127.0.0.1:1"  # nothing listens: asking it fails with exit 2
+        env = {"SLURM_EXT_SERVER": base, "SLURM_EXT_CLIENT_CONFIG": str(client_toml)}
+        client_toml.write_text(f'server = "{absent}"\n')
+        runner = CliRunner(env=env)
+        assert _ids(runner.invoke(queue, ["--json"])) == [1, 2, 3]  # the environment wins
+        res = runner.invoke(explain, ["2"])
+        assert res.exit_code == 0 and "job 2: PENDING" in res.output
+        res = runner.invoke(queue, ["--server", absent])  # an explicit --server wins
+        assert res.exit_code == 2 and "cannot reach the service" in res.output
+        client_toml.write_text(f'server = "{base}"\n')
+        runner = CliRunner(env={**env, "SLURM_EXT_SERVER": None})
+        assert _ids(runner.invoke(queue, ["--json", "--me"])) == []  # no test user's jobs
+        assert _ids(runner.invoke(queue, ["--json"])) == [1, 2, 3]
+        # --config (the service's own config) reads its store here, whatever the defaults
+        config = tmp_path / "service.toml"
+        config.write_text(f'store = "{tmp_path / "absent.db"}"\n')
+        res = runner.invoke(queue, ["--config", str(config)])
+        assert res.exit_code == 2 and "absent.db: store not found here" in res.output
+        for bad, key in (('server = 3\n', "server"), ('server = "ftp://x"\n', "server"),
+                         ('serve = "http://x:1"\n', "serve")):  # fmt: skip
+            client_toml.write_text(bad)
+            res = runner.invoke(queue, [])
+            assert res.exit_code == 2, res.output
+            assert f"config error: {client_toml}: {key}:" in res.output, res.output
