@@ -177,6 +177,48 @@ def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def test_queue_by_a_user_who_cannot_read_the_store_is_told_to_ask_the_view():
+    py, runuser = shutil.which("python3", path="/usr/bin"), shutil.which("runuser")
+    if py is None or runuser is None:
+        pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
+    import click
+    import tomli_w
+
+    root = Path(tempfile.mkdtemp(prefix="slurm-ext-queue-"))  # pytest's tmp dirs are 0700
+    try:
+        code = root / "code"
+        deps = [Path(click.__file__).parent, Path(tomli_w.__file__).parent]
+        for pkg in (REPO / "slurm_ext", *deps):
+            shutil.copytree(pkg, code / pkg.name, ignore=shutil.ignore_patterns("__pycache__"))
+        state = root / "state"
+        state.mkdir()
+        Store(state / "service.db").close()
+        config = root / "service.toml"
+        config.write_text(f'store = "{state / "service.db"}"\n')
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (state / "service.db").chmod(0o640)  # as the service leaves it: its group reads
+        results = {}
+        for cmd, args in (("queue", []), ("explain", ["42"])):
+            probe = f"from slurm_ext.cli.inspect import {cmd}; {cmd}(['--config', {str(config)!r}, *{args!r}])"
+            results[cmd] = subprocess.run(
+                [runuser, "-u", "nobody", "--", py, "-c", probe],
+                env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        for cmd, res in results.items():
+            assert res.returncode == 2, (cmd, res.stderr)
+            lines = res.stderr.splitlines()
+            assert len(lines) == 1, (cmd, res.stderr)
+            assert "service.db: you cannot read the service's store" in lines[0], lines
+            for how in ("--server http://", "SLURM_EXT_SERVER=", "/etc/slurm-ext/client.toml"):
+                assert how in lines[0], lines
+            assert "unable to open" not in lines[0]
+        assert Store(state / "service.db", readonly=True).pins() == set()  # root still reads
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_pin_by_the_admin_still_works(tmp_path):
     config = tmp_path / "service.toml"
     config.write_text(f'store = "{tmp_path / "s.db"}"\n')
