@@ -5,6 +5,7 @@ Real SQLite files, real processes, a real unprivileged user (nobody)."""
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -135,78 +137,66 @@ def test_a_cli_snapshot_releases_the_store_when_it_ends(tmp_path):
     assert writer.checkpoint() and writer.wal_bytes() == 0
 
 
-def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
+@contextlib.contextmanager
+def nobody_sandbox(
+    prefix: str,
+) -> Iterator[tuple[Path, Path, Callable[[str], subprocess.CompletedProcess]]]:
+    """(the store, its service.toml, run) in a world-readable temporary directory, with
+    `run(code)` running Python `code` as user nobody over a copy of the package (and
+    click, tomli_w), as a user on a login node would."""
     py, runuser = shutil.which("python3", path="/usr/bin"), shutil.which("runuser")
     if py is None or runuser is None:
         pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
     import click
     import tomli_w
 
-    root = Path(tempfile.mkdtemp(prefix="slurm-ext-pin-"))  # pytest's tmp dirs are 0700
+    root = Path(tempfile.mkdtemp(prefix=prefix))  # pytest's tmp dirs are 0700
     try:
         code = root / "code"
         # TOML is read by the stdlib (tomllib, Python 3.11 as /usr/bin/python3 on Debian 12)
         deps = [Path(click.__file__).parent, Path(tomli_w.__file__).parent]
         for pkg in (REPO / "slurm_ext", REPO / "nodeagent", *deps):
-            dest = code / pkg.name
-            if pkg.is_dir():
-                shutil.copytree(pkg, dest, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy(pkg, dest)
+            shutil.copytree(pkg, code / pkg.name, ignore=shutil.ignore_patterns("__pycache__"))
         state = root / "state"
         state.mkdir()
-        Store(state / "service.db").close()
+        store = state / "service.db"
+        Store(store).close()
         config = root / "service.toml"
-        config.write_text(f'store = "{state / "service.db"}"\n')
+        config.write_text(f'store = "{store}"\n')
         for p in [root, *root.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
-        results = {}
-        for cmd in ("pin", "unpin"):
-            probe = f"from slurm_ext.cli.service import {cmd}; {cmd}(['--config', {str(config)!r}, '42'])"
-            results[cmd] = subprocess.run(
+
+        def run(probe: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
                 [runuser, "-u", "nobody", "--", py, "-c", probe],
                 env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},
                 capture_output=True, text=True, timeout=60,
             )  # fmt: skip
-        for cmd, res in results.items():
-            assert res.returncode == 1, (cmd, res.stderr)
-            assert "Traceback" not in res.stderr, (cmd, res.stderr)
-            assert re.search(r"cannot write the store .*service\.db", res.stderr), res.stderr
-        assert Store(state / "service.db", readonly=True).pins() == set()
+
+        yield store, config, run
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_queue_by_a_user_who_cannot_read_the_store_is_told_to_ask_the_view():
-    py, runuser = shutil.which("python3", path="/usr/bin"), shutil.which("runuser")
-    if py is None or runuser is None:
-        pytest.fail("needs /usr/bin/python3 and runuser (Debian's python3 and util-linux)")
-    import click
-    import tomli_w
+def test_pin_by_a_user_who_cannot_write_the_store_is_refused_clearly():
+    with nobody_sandbox("slurm-ext-pin-") as (store, config, run):
+        for cmd in ("pin", "unpin"):
+            res = run(
+                f"from slurm_ext.cli.service import {cmd}; {cmd}(['--config', {str(config)!r}, '42'])"
+            )
+            assert res.returncode == 1, (cmd, res.stderr)
+            assert "Traceback" not in res.stderr, (cmd, res.stderr)
+            assert re.search(r"cannot write the store .*service\.db", res.stderr), res.stderr
+        assert Store(store, readonly=True).pins() == set()
 
-    root = Path(tempfile.mkdtemp(prefix="slurm-ext-queue-"))  # pytest's tmp dirs are 0700
-    try:
-        code = root / "code"
-        deps = [Path(click.__file__).parent, Path(tomli_w.__file__).parent]
-        for pkg in (REPO / "slurm_ext", *deps):
-            shutil.copytree(pkg, code / pkg.name, ignore=shutil.ignore_patterns("__pycache__"))
-        state = root / "state"
-        state.mkdir()
-        Store(state / "service.db").close()
-        config = root / "service.toml"
-        config.write_text(f'store = "{state / "service.db"}"\n')
-        for p in [root, *root.rglob("*")]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        (state / "service.db").chmod(0o640)  # as the service leaves it: its group reads
-        results = {}
+
+def test_queue_by_a_user_who_cannot_read_the_store_is_told_to_ask_the_view():
+    with nobody_sandbox("slurm-ext-queue-") as (store, config, run):
+        store.chmod(0o640)  # as the service leaves it: its group reads
         for cmd, args in (("queue", []), ("explain", ["42"])):
-            probe = f"from slurm_ext.cli.inspect import {cmd}; {cmd}(['--config', {str(config)!r}, *{args!r}])"
-            results[cmd] = subprocess.run(
-                [runuser, "-u", "nobody", "--", py, "-c", probe],
-                env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},
-                capture_output=True, text=True, timeout=60,
-            )  # fmt: skip
-        for cmd, res in results.items():
+            res = run(
+                f"from slurm_ext.cli.inspect import {cmd}; {cmd}(['--config', {str(config)!r}, *{args!r}])"
+            )
             assert res.returncode == 2, (cmd, res.stderr)
             lines = res.stderr.splitlines()
             assert len(lines) == 1, (cmd, res.stderr)
@@ -214,9 +204,7 @@ def test_queue_by_a_user_who_cannot_read_the_store_is_told_to_ask_the_view():
             for how in ("--server http://", "SLURM_EXT_SERVER=", "/etc/slurm-ext/client.toml"):
                 assert how in lines[0], lines
             assert "unable to open" not in lines[0]
-        assert Store(state / "service.db", readonly=True).pins() == set()  # root still reads
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        assert Store(store, readonly=True).pins() == set()  # root still reads
 
 
 def test_pin_by_the_admin_still_works(tmp_path):
